@@ -7,6 +7,7 @@ from __future__ import annotations
 from email.utils import formatdate
 from typing import Any
 
+from buildtool.registry.call_errors import TooLarge
 from buildtool.registry.client import OCI_MANIFEST, NotFound, RegistryError, sha256_digest
 
 
@@ -75,7 +76,7 @@ class MemRegistry:
         if digest not in self.blobs:
             raise NotFound(f"blob {digest} not found")
         if limit is not None and len(self.blobs[digest]) > limit:
-            raise RegistryError(f"blob {digest} of {repo} is over the {limit}-byte limit; not read further")
+            raise TooLarge(f"blob {digest} of {repo} is over the {limit}-byte limit; not read further")
         return self.blobs[digest]
 
     def has_blob(self, repo: str, digest: str) -> bool:

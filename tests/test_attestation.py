@@ -363,3 +363,87 @@ def test_a_signed_but_malformed_verdict_is_refused_naming_the_field(change: dict
     assert isinstance(outcome, str), outcome
     assert outcome.startswith("the signed predicate: malformed schema-6 verdict: "), outcome
     assert cause in outcome, outcome
+
+
+def _with_junk_signature(data: bytes, first: bool = False) -> bytes:
+    """A copy of a signed envelope with one more signature, by a key id nobody trusts."""
+    env = json.loads(data)
+    junk = {"keyid": ATTACKER.keyid, "sig": base64.b64encode(b"junk" * 16).decode()}
+    env["signatures"] = [junk, *env["signatures"]] if first else [*env["signatures"], junk]
+    return json.dumps(env).encode()
+
+
+def test_a_copy_of_a_signed_verdict_with_a_junk_signature_counts_once_and_hides_nothing() -> None:
+    """An attacker who may push attaches a copy of a signed verdict with an extra signature of an untrusted key id:
+    before, its text differed from the original's, so the one signed verdict was found twice."""
+    from buildtool.validate.verdicts import find_verdicts
+    from tests.memregistry import MemRegistry
+    from tests.signing import attach_raw
+
+    client = MemRegistry()
+    digest = client.push_image("pytorch-cpu", "2.13-dev")
+    honest = envelope("r", digest, verdict(CPU, digest))
+    # Listed before the original: a copy whose only signature is junk must not hide the original either.
+    only_junk = json.loads(_with_junk_signature(honest, first=True))
+    only_junk["signatures"] = only_junk["signatures"][:1]
+    for data in [json.dumps(only_junk).encode(), _with_junk_signature(honest), _with_junk_signature(honest, True),
+                 honest]:
+        attach_raw(client, "pytorch-cpu", digest, data)  # type: ignore[arg-type]
+    findings = find_verdicts(client, "pytorch-cpu", digest, trusted())  # type: ignore[arg-type]
+    assert len(findings.found) == 1, findings.found
+    assert [r.reason.split(":")[0] for r in findings.rejected] == ["untrusted key"], findings.rejected
+
+
+def test_a_copy_of_a_signed_provenance_with_a_junk_signature_is_read_once() -> None:
+    """each_signed (the provenance's and the SBOM attestation's reader) yielded a copy of a signed attestation with an
+    extra untrusted signature as a second attestation of its own."""
+    from buildtool.attest.attested import each_signed
+    from buildtool.attest.provenance_model import PREDICATE_TYPE
+    from buildtool.attest.trust import BUILDER
+    from buildtool.contracts.names import PROVENANCE_TYPE
+    from tests.memregistry import MemRegistry
+    from tests.signing import attach_raw, provenance, provenance_envelope
+
+    client = MemRegistry()
+    digest = client.push_image("pytorch-cpu", "2.13-dev")
+    honest = provenance_envelope("r", digest, provenance(CPU))
+    for data in [honest, _with_junk_signature(honest)]:
+        attach_raw(client, "pytorch-cpu", digest, data, PROVENANCE_TYPE)  # type: ignore[arg-type]
+    keys = trusted()
+    read = list(each_signed(client, "pytorch-cpu", digest, PROVENANCE_TYPE, PREDICATE_TYPE,  # type: ignore[arg-type]
+                            keys.for_role(BUILDER), keys, BUILDER))
+    assert [isinstance(outcome, tuple) for _, outcome in read] == [True], read
+
+
+def test_signature_entries_that_read_alike_are_one_in_the_canonical_envelope() -> None:
+    """dsse.canonical kept a signature entry twice when a copy wrote it with a null key id for a missing one, or with
+    a field open_envelope does not read: the same envelope then had two texts."""
+    from buildtool.attest.bundles import same_envelope
+
+    honest = json.loads(envelope("r", D1, verdict(CPU, D1)))
+    entry = honest["signatures"][0]
+    nameless = {**honest, "signatures": [{"sig": entry["sig"]}]}
+    variants = [{**honest, "signatures": [entry, {**entry, "note": "x"}]},
+                {**honest, "signatures": [{**entry, "note": "x"}]}]
+    texts = {same_envelope([Payload(DSSE, json.dumps(env).encode())]) for env in [honest, *variants]}
+    assert len(texts) == 1, texts
+    assert same_envelope([Payload(DSSE, json.dumps(nameless).encode())]) == same_envelope(
+        [Payload(DSSE, json.dumps({**nameless, "signatures": [{"keyid": None, "sig": entry["sig"]}]}).encode())])
+
+
+def test_an_envelope_with_more_signatures_than_the_bound_is_refused_before_any_is_verified() -> None:
+    """Before, open_envelope verified every signature a trusted key id claimed, however many: a copy of a verdict
+    carrying 400,000 junk signatures under the trusted key's id (a 64 MiB layer) cost a reader minutes of CPU each.
+    Untrusted key ids cost no verification and stay unbounded (an existing test reads 10,000 of them)."""
+    from buildtool.attest import dsse
+
+    bound = getattr(dsse, "MAX_SIGNATURES", 16)
+    honest = json.loads(envelope("r", D1, verdict(CPU, D1)))
+    junk = {"keyid": KEY.keyid, "sig": base64.b64encode(b"junk" * 16).decode()}
+    many = {**honest, "signatures": [junk] * bound + honest["signatures"]}
+    with pytest.raises(EnvelopeError) as refused:
+        open_envelope(json.dumps(many).encode(), trusted().keys)
+    assert str(refused.value) == (f"malformed: the envelope carries {bound + 1} signatures under trusted key ids, "
+                                  f"more than the {bound} a DSSE envelope of this toolkit's signers may carry")
+    few = {**honest, "signatures": [junk] * (bound - 1) + honest["signatures"]}
+    assert open_envelope(json.dumps(few).encode(), trusted().keys).keyid == KEY.keyid

@@ -302,7 +302,7 @@ class _Registry:
         document, media_type = self.documents[ref]
         return json.dumps(document).encode(), media_type, "sha256:" + "d" * 64
 
-    def get_blob(self, repo: str, digest: str) -> bytes:
+    def get_blob(self, repo: str, digest: str, limit: int | None = None) -> bytes:
         import json
 
         return json.dumps(self.documents[digest][0]).encode()

@@ -93,3 +93,49 @@ def test_a_layer_over_the_size_limit_is_refused_before_it_is_fetched_and_the_rea
     # Within the limit, the read itself is bounded too (a registry that says 2 bytes and sends gigabytes).
     fetch(client, REPO, small, digest)  # type: ignore[arg-type]
     assert asked == [{"limit": MAX_REFERRER_LAYER_BYTES}]
+
+
+@pytest.mark.parametrize("lies", [False, True])
+def test_a_layer_refused_for_its_size_is_reported_as_too_large_not_mismatched(lies: bool) -> None:
+    """Before, a referrer whose layer was refused for its size (its descriptor's, or the bytes a registry sent past
+    it) was reported to the reader with the prefix `mismatched:`, naming a cause it does not have."""
+    from buildtool.attest import referrers
+    from buildtool.attest.bundles import read_once
+
+    client = MemRegistry()
+    digest = client.push_image(REPO, "2.13-dev")
+    small = attach(client, REPO, digest, "application/x-test", [Payload("application/json", b"{}")])  # type: ignore[arg-type]
+    manifest = json.loads(client.get_manifest(REPO, small.digest)[0])
+    layer = manifest["layers"][0]["digest"]
+    if lies:     # the descriptor says 2 bytes; the blob is bigger than the limit
+        big = b"x" * (MAX_REFERRER_LAYER_BYTES + 1)
+        layer = manifest["layers"][0]["digest"] = client.put_blob(REPO, big)
+    else:
+        manifest["layers"][0]["size"] = MAX_REFERRER_LAYER_BYTES + 1
+    raw = json.dumps(manifest).encode()
+    huge = client.put_manifest(REPO, sha256_digest(raw), raw, OCI_MANIFEST)
+    said = read_once(client, REPO, Referrer(huge, "application/x-test", len(raw)), digest, set())  # type: ignore[arg-type]
+    cause = (f"blob {layer} of {REPO} is over the {referrers.MAX_REFERRER_LAYER_BYTES}-byte limit; not read further"
+             if lies else f"artifact {huge}: its layer {layer} is {MAX_REFERRER_LAYER_BYTES + 1} bytes, over the "
+             f"{MAX_REFERRER_LAYER_BYTES}-byte limit")
+    assert said == f"too large: {cause}"
+
+
+def test_an_artifact_whose_layers_together_are_over_the_limit_is_refused_before_any_is_fetched(monkeypatch) -> None:
+    """Before, only each layer was held to MAX_REFERRER_LAYER_BYTES: an artifact of thousands of layers, each under
+    the limit, made release and verify read them all into memory (the toolkit's artifacts have one layer each)."""
+    client = MemRegistry()
+    digest = client.push_image(REPO, "2.13-dev")
+    small = attach(client, REPO, digest, "application/x-test", [Payload("application/json", b"{}")])  # type: ignore[arg-type]
+    manifest = json.loads(client.get_manifest(REPO, small.digest)[0])
+    half = MAX_REFERRER_LAYER_BYTES // 2
+    manifest["layers"] = [{**manifest["layers"][0], "size": half} for _ in range(3)]
+    raw = json.dumps(manifest).encode()
+    many = client.put_manifest(REPO, sha256_digest(raw), raw, OCI_MANIFEST)
+    asked: list[dict[str, Any]] = []
+    monkeypatch.setattr(client, "get_blob", lambda repo, d, **kw: asked.append(kw) or b"{}")
+    with pytest.raises(RegistryError) as refused:
+        fetch(client, REPO, Referrer(many, "application/x-test", len(raw)), digest)  # type: ignore[arg-type]
+    assert str(refused.value) == (f"artifact {many}: its 3 layers are {3 * half} bytes together, over the "
+                                  f"{MAX_REFERRER_LAYER_BYTES}-byte limit")
+    assert asked == []

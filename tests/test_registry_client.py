@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -88,6 +89,18 @@ def client(host: str) -> RegistryClient:
     return RegistryClient(host, retry=RetryPolicy(attempts=1, timeout=5), sleep=lambda s: None)
 
 
+def _answered(status: int, headers: Any, body: bytes, sink: Any = None) -> Any:
+    """An answer as the transports give it: a body the sink takes (a 2xx the caller streams) goes there, not into
+    the answer's content."""
+    from buildtool.registry.transport import Response
+
+    write = sink(status, headers) if sink is not None else None
+    if write is None:
+        return Response(status, headers, body)
+    write(body)
+    return Response(status, headers, b"")
+
+
 def test_a_manifest_whose_blob_another_writer_is_committing_is_put_again(registry) -> None:
     script, host = registry
     script.answers[("PUT", "/v2/r/manifests/")] = [(400, _error("MANIFEST_BLOB_UNKNOWN"))] * 2
@@ -165,11 +178,10 @@ def test_a_manifest_asked_for_by_digest_must_have_that_digest(algorithm: str) ->
     manifest for a digest passed unseen to every reader that asks by digest (index children, chains)."""
     import email.message
 
-    from buildtool.registry.transport import Response
 
     served, other = b'{"schemaVersion":2}', b'{"schemaVersion":2,"x":1}'
     c = RegistryClient("127.0.0.1:1")
-    c._exchange = lambda *a, **k: Response(200, email.message.Message(), served)  # type: ignore[method-assign]
+    c._exchange = lambda *a, sink=None, **k: _answered(200, email.message.Message(), served, sink)  # type: ignore
     good = f"{algorithm}:{hashlib.new(algorithm, served).hexdigest()}"
     assert c.get_manifest("a", good)[0] == served
     wanted = f"{algorithm}:{hashlib.new(algorithm, other).hexdigest()}"
@@ -192,10 +204,10 @@ def test_a_docker_content_digest_that_is_no_sha256_digest_is_not_taken_for_the_t
 
     body = b'{"schemaVersion":2}'
 
-    def exchange(method: str, url: str, **kw: object) -> Response:
+    def exchange(method: str, url: str, sink: object = None, **kw: object) -> Response:
         answer = email.message.Message()
         answer["Docker-Content-Digest"] = header
-        return Response(200, answer, body if method == "GET" else b"")
+        return _answered(200, answer, body if method == "GET" else b"", sink)
 
     c = RegistryClient("127.0.0.1:1")
     c._exchange = exchange  # type: ignore[method-assign]
@@ -305,13 +317,12 @@ def test_a_manifest_of_the_wrong_shape_is_one_registry_error_for_every_reader(do
 
     from buildtool.attest.referrers import Referrer, copy_artifact
     from buildtool.registry import image_index
-    from buildtool.registry.transport import Response
     from buildtool.release import execute, read
 
     body = doc if isinstance(doc, bytes) else json.dumps(doc).encode()
     digest = "sha256:" + hashlib.sha256(body).hexdigest()
     c = RegistryClient("127.0.0.1:1")
-    c._exchange = lambda *a, **k: Response(200, email.message.Message(), body)  # type: ignore[method-assign]
+    c._exchange = lambda *a, sink=None, **k: _answered(200, email.message.Message(), body, sink)  # type: ignore
     by_tag = f"r:t (digest {digest})"
     readers = [(lambda: image_index.read_children(c, "r", "t"), by_tag),
                (lambda: image_index.platform_manifest(c, "r", "t", "linux/amd64"), by_tag),
@@ -354,3 +365,92 @@ def test_an_image_whose_config_is_no_image_config_is_one_registry_error_for_the_
         with pytest.raises(RegistryError) as refused:
             reader()
         assert str(refused.value) == f"{named}: its config {blob} {said}"
+
+
+def _manifest_server(body: bytes, length: str | None) -> tuple[ThreadingHTTPServer, list[int]]:
+    """A registry that answers every manifest GET with `body`, its Content-Length `length` (None: no Content-Length,
+    the body ends when the connection closes, as a chunked or lying registry's may). `sent`: bytes it wrote."""
+    sent: list[int] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.send_response(200)
+            self.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+            if length is not None:
+                self.send_header("Content-Length", length)
+            self.send_header("Connection", "close")
+            self.end_headers()
+            try:
+                for start in range(0, len(body), 1 << 16):
+                    self.wfile.write(body[start:start + (1 << 16)])
+                    sent.append(min(1 << 16, len(body) - start))
+            except OSError:
+                pass    # the client stopped reading
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, sent
+
+
+@pytest.mark.parametrize("length", ["declared", "none"])
+def test_a_manifest_over_the_size_limit_is_refused_and_not_read_past_it(length: str, monkeypatch) -> None:
+    """Before, get_manifest read a manifest (and the referrers fallback index, a manifest read by tag) whole into
+    memory whatever its size: anyone who may push could make release and verify read gigabytes."""
+    from buildtool.registry import client as client_mod
+
+    monkeypatch.setattr(client_mod, "MAX_MANIFEST_BYTES", 100_000, raising=False)
+    body = json.dumps({"schemaVersion": 2, "annotations": {"x": "y" * 8_000_000}}).encode()
+    said = str(len(body)) if length == "declared" else None
+    server, sent = _manifest_server(body, said)
+    host = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(RegistryError) as refused:
+            client(host).get_manifest("r", "t")
+    finally:
+        server.shutdown()
+        server.server_close()
+    size = f"{len(body)} bytes" if length == "declared" else r"at least 1\d{5} bytes"
+    assert re.fullmatch(f"{re.escape(host)}/r:t: the manifest is {size}, over the 100000-byte limit on a manifest; "
+                        "not read further", str(refused.value))
+    assert sum(sent) < len(body)
+
+
+def test_an_image_config_over_the_size_limit_is_not_read_past_it_by_the_index_readers(monkeypatch) -> None:
+    """Before, read_children, read_index and platform_manifest read an image's config whole whatever its size (anyone
+    who may push writes it); release and verify read it to MAX_CONFIG_BYTES only. Now the same limit here."""
+    from buildtool.registry import image_index
+    from buildtool.registry.client import DOCKER_MANIFEST
+    from tests.memregistry import MemRegistry
+
+    monkeypatch.setattr(image_index, "MAX_CONFIG_BYTES", 64, raising=False)
+    c: Any = MemRegistry()
+    config = json.dumps({"os": "linux", "architecture": "amd64", "config": {"Env": ["A=" + "x" * 100]}}).encode()
+    blob = c.put_blob("r", config)
+    body = json.dumps({"schemaVersion": 2, "mediaType": DOCKER_MANIFEST, "layers": [],
+                       "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "digest": blob,
+                                  "size": len(config)}}).encode()
+    c.put_manifest("r", "single", body, DOCKER_MANIFEST)
+    for reader in (lambda: image_index.read_children(c, "r", "single"),
+                   lambda: image_index.platform_manifest(c, "r", "single", "linux/amd64")):
+        with pytest.raises(RegistryError) as refused:
+            reader()
+        assert str(refused.value) == f"blob {blob} of r is over the 64-byte limit; not read further"
+
+
+def test_every_blob_read_into_memory_names_its_limit() -> None:
+    """Before, the build's reads of image configs (the base's platform, its BASE_SOURCE label, the provenance's labels,
+    the config normalised after a push) called get_blob with no limit: whatever the registry sent was read into
+    memory. Every get_blob call in buildtool/ now names one (MAX_CONFIG_BYTES for a config)."""
+    import ast
+    from pathlib import Path
+
+    unbounded = []
+    for path in sorted((Path(__file__).resolve().parent.parent / "buildtool").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get_blob" \
+                    and not any(k.arg == "limit" for k in node.keywords):
+                unbounded.append(f"{path.name}:{node.lineno}")
+    assert unbounded == []

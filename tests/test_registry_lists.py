@@ -344,3 +344,82 @@ def test_a_404_whose_errors_are_no_list_reads_the_fallback_tag(serve, body: byte
     client = RegistryClient(serve(route), retry=QUICK)
     assert [r.digest for r in listed_referrers(client, "team/a", SUBJECT)] == ["sha256:" + "3" * 64]
     assert "team/a" in client.no_referrers_api
+
+
+@pytest.mark.parametrize("where", ["api", "fallback"])
+def test_more_referrers_than_the_bound_are_refused_never_cut_short(serve, monkeypatch, where: str) -> None:  # noqa: ANN001
+    """Before, the referrers of a digest were read however many there were (a pusher attaching 100,000 of them, a
+    registry answering with endless pages of them, a fallback index listing them): read whole into memory, and each
+    fetched by its reader. Now more than MAX_REFERRERS is one error naming the subject and the limit; the list is never
+    cut short, which could hide a signature or pick another."""
+    from buildtool.attest import referrers
+
+    monkeypatch.setattr(referrers, "MAX_REFERRERS", 3, raising=False)
+    pages = iter(range(1, 1000))
+
+    def route(handler: BaseHTTPRequestHandler) -> tuple[int, dict[str, str], bytes]:
+        if "/referrers/" in handler.path and where == "fallback":
+            return 404, {"Content-Type": "text/plain"}, b"404 page not found"
+        page = next(pages)
+        link = {"Link": f'</v2/team/a/referrers/{SUBJECT}?page={page}>; rel="next"'} if "/referrers/" in handler.path \
+            else {}
+        listed = [_descriptor(n) for n in range(page, page + (2 if link else 4))]
+        body = {"schemaVersion": 2, "mediaType": INDEX, "manifests": listed}
+        return 200, {"Content-Type": INDEX, **link}, json.dumps(body).encode()
+
+    client = RegistryClient(serve(route), retry=QUICK)
+    with pytest.raises(RegistryError) as refused:
+        referrers.listed_referrers(client, "team/a", SUBJECT)
+    assert str(refused.value) == (f"team/a@{SUBJECT} has more than 3 referrers; refused, not read further (a list "
+                                  "read in part could hide a signature or choose another)")
+    assert next(pages) == (3 if where == "api" else 2)      # read up to the page that passed the bound, no further
+
+
+def test_an_endless_chain_of_referrers_pages_stops_at_the_page_bound(serve, monkeypatch) -> None:  # noqa: ANN001
+    """A registry that answers each referrers page with a next one (none of them listing anything) is read to
+    LIST_PAGES pages, then refused naming the subject's referrers path."""
+    from buildtool.attest.referrers import listed_referrers
+
+    monkeypatch.setattr(client_mod, "LIST_PAGES", 3)
+    pages = iter(range(1, 1000))
+
+    def route(handler: BaseHTTPRequestHandler) -> tuple[int, dict[str, str], bytes]:
+        link = {"Link": f'</v2/team/a/referrers/{SUBJECT}?page={next(pages)}>; rel="next"'}
+        return 200, {"Content-Type": INDEX, **link}, json.dumps({"schemaVersion": 2, "manifests": []}).encode()
+
+    client = RegistryClient(serve(route), retry=QUICK)
+    with pytest.raises(RegistryError, match=f"/v2/team/a/referrers/{SUBJECT} runs past 3 pages; not read further"):
+        listed_referrers(client, "team/a", SUBJECT)
+
+
+def test_an_answer_read_into_memory_stops_at_its_bound(serve, monkeypatch) -> None:  # noqa: ANN001
+    """Before, every answer read without a sink (a page of tags or referrers, an error page, a token) was read whole
+    into memory whatever its size: a registry answering garbage, or one page listing millions of tags, could take the
+    machine's memory. Now more than MAX_ANSWER_BYTES is one error naming the call, on both transports."""
+    from buildtool.registry import transport
+
+    monkeypatch.setattr(transport, "MAX_ANSWER_BYTES", 1000, raising=False)
+    host = serve(lambda h: _tags([f"t{n}" for n in range(1000)]) if "tags" in h.path else (
+        404, {"Content-Type": "text/html"}, b"<html>" + b"x" * 5000 + b"</html>"))
+    client = RegistryClient(host, retry=QUICK)
+    with pytest.raises(RegistryError) as refused:
+        client.tags("team/a")
+    assert str(refused.value) == (f"GET http://{host}/v2/team/a/tags/list: the answer is over 1000 bytes; not read "
+                                  "further")
+    with pytest.raises(RegistryError, match=r"^GET http://.*/v2/team/a/referrers/sha256:5+: the answer is over 1000 "):
+        client.request("GET", f"team/a/referrers/{SUBJECT}", repo="team/a")
+
+    class Raw:
+        def read1(self, amount: int, decode_content: bool) -> bytes:
+            return b"x" * 600
+
+    class Answer:
+        status_code, headers, raw, closed = 500, {}, Raw(), False
+
+        def close(self) -> None:
+            self.closed = True
+
+    answer = Answer()
+    with pytest.raises(transport.AnswerTooLarge):
+        streamed(answer, None)
+    assert answer.closed

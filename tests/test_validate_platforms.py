@@ -319,3 +319,21 @@ def test_an_entry_that_is_itself_an_index_is_refused(client: Registry, monkeypat
         engine.resolve(ref(client), print, "linux/arm64")
     assert str(info.value) == (f"image {ref(client)}: its linux/arm64 entry {inner} is itself an index, not one "
                                "platform's image; push it again")
+
+
+def test_a_config_over_the_size_limit_is_not_read_past_it(client: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before, pin and the load over layers held here read an image's config whole, whatever its size (anyone who may
+    push writes it); release and verify read it to MAX_CONFIG_BYTES only. Now the same limit here."""
+    from buildtool.registry.client import RegistryError
+
+    monkeypatch.setattr(engine, "MAX_CONFIG_BYTES", 64, raising=False)
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Env": ["A=" + "x" * 100]}}).encode()
+    digest = _image_with_config(client, config)
+    blob = "sha256:" + __import__("hashlib").sha256(config).hexdigest()
+    said = f"blob {blob} of {REPO} is over the 64-byte limit; not read further"
+    with pytest.raises(RegistryError) as info:
+        engine.pin(ref(client))
+    assert str(info.value) == said
+    with pytest.raises(RegistryError) as info:
+        engine._from_layers_here(client, REPO, digest)  # type: ignore[arg-type]
+    assert str(info.value) == said

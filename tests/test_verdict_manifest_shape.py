@@ -50,3 +50,25 @@ def test_a_malformed_artifact_manifest_of_the_digest_blocks_naming_what_is_wrong
     assert findings.found == [] and findings.rejected == []
     (blocking,) = findings.blocking
     assert blocking.startswith(f"{artifact}, ") and blocking.endswith(f"is no manifest this toolkit can read: {said}")
+
+
+def test_more_verdict_pin_tags_than_the_bound_are_refused_before_any_is_read(monkeypatch) -> None:
+    """Before, every verdict pin tag of a digest was looked up (a HEAD each) and its artifact read, however many
+    there were: anyone who may push could add 100,000 of them to a digest release reads. Now more than
+    MAX_REFERRERS (the bound on a digest's referrers, which its pins name) is one error naming the subject."""
+    from buildtool.attest import referrers
+    from buildtool.registry.client import RegistryError
+
+    monkeypatch.setattr(referrers, "MAX_REFERRERS", 3)
+    client = MemRegistry()
+    digest = client.push_image(REPO, "x")
+    for n in range(4):
+        raw = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "n": n}).encode()
+        client.put_manifest(REPO, verdict_pin_tag(digest, sha256_digest(raw)), raw, OCI_MANIFEST)
+    looked: list[str] = []
+    monkeypatch.setattr(client, "manifest_digest", lambda repo, ref: looked.append(ref))
+    with pytest.raises(RegistryError) as refused:
+        find_verdicts(client, REPO, digest, signing.trusted())  # type: ignore[arg-type]
+    assert str(refused.value) == (f"{REPO}@{digest} has more than 3 verdict pin tags; refused, not read further (a "
+                                  "list read in part could hide a signature or choose another)")
+    assert looked == []

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from buildtool.attest import intoto
-from buildtool.attest.bundles import read_once, signed_referrers
+from buildtool.attest.bundles import read_once, same_envelope, signed_referrers
 from buildtool.attest.dsse import EnvelopeError, PublicKey, claimed_keyids, open_envelope
 from buildtool.attest.referrers import Payload, Referrer
 from buildtool.attest.trust import Trusted
@@ -54,9 +54,18 @@ def each_signed(client: RegistryClient, repo: str, digest: str, artifact_type: s
     its descriptor says, or a bundle that does not read, is a reason too). A bundle carrying an envelope already
     read (push publishes each envelope in both layouts) is that attestation again: not yielded twice."""
     seen: set[str] = set()
+    verified: set[str | None] = set()     # what the envelopes that verified sign: a copy with other signatures again
     for ref in signed_referrers(client, repo, digest, artifact_type, predicate_type):
         payloads = read_once(client, repo, ref, digest, seen)
-        if payloads is not None:
-            yield ref, payloads if isinstance(payloads, str) else open_signed(payloads, digest, predicate_type, keys,
-                                                                               roles, role)
+        if payloads is None:
+            continue
+        if isinstance(payloads, str):
+            yield ref, payloads
+            continue
+        outcome = open_signed(payloads, digest, predicate_type, keys, roles, role)
+        if isinstance(outcome, tuple):
+            if (signed := same_envelope(payloads, signed=True)) in verified:
+                continue
+            verified.add(signed)
+        yield ref, outcome
 

@@ -33,6 +33,7 @@ from buildtool.attest.sigstore_bundle import (
     signature_bytes,
 )
 from buildtool.common import strict_json, tsa
+from buildtool.registry.call_errors import TooLarge
 from buildtool.registry.client import NotFound, RegistryClient, RegistryError
 
 
@@ -90,10 +91,13 @@ def fetch_envelopes(client: RegistryClient, repo: str, ref: Referrer, digest: st
             for p in payloads]
 
 
-def same_envelope(payloads: list[Payload]) -> str | None:
+def same_envelope(payloads: list[Payload], signed: bool = False) -> str | None:
     """One text per envelope, whichever artifact or bundle carried it, however its JSON was spaced and whichever
     base64 (standard or URL-safe, padded or not) it was written in (dsse.canonical): the same envelope verifies (or
-    is refused) alike wherever it is. None unless there is one envelope that parses."""
+    is refused) alike wherever it is. None unless there is one envelope that parses. `signed`: its payloadType and
+    payload alone, what its signatures sign: two envelopes that both verified with that text are one attestation,
+    whatever other signatures (an untrusted key's, junk) either carries; compared only among envelopes that verified,
+    so a copy that does not verify never hides one that does."""
     envelopes = [p.data for p in payloads if p.media_type == DSSE_MEDIA_TYPE]
     if len(envelopes) != 1:
         return None
@@ -102,7 +106,10 @@ def same_envelope(payloads: list[Payload]) -> str | None:
         parsed = strict_json.loads(envelopes[0])
     except ValueError:
         return None
-    return json.dumps(canonical(parsed) if isinstance(parsed, dict) else parsed, sort_keys=True, separators=(",", ":"))
+    text = canonical(parsed) if isinstance(parsed, dict) else parsed
+    if signed and isinstance(text, dict):
+        text = {"payloadType": text.get("payloadType"), "payload": text.get("payload")}
+    return json.dumps(text, sort_keys=True, separators=(",", ":"))
 
 
 def read_once(client: RegistryClient, repo: str, ref: Referrer, digest: str,
@@ -114,6 +121,8 @@ def read_once(client: RegistryClient, repo: str, ref: Referrer, digest: str,
         payloads = fetch_envelopes(client, repo, ref, digest)
     except NotFound:
         return "missing: listed, but the artifact is not in the registry"
+    except TooLarge as exc:
+        return f"too large: {exc}"
     except RegistryError as exc:
         return f"mismatched: {exc}"
     except BundleError as exc:

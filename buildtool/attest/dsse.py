@@ -139,6 +139,9 @@ def sign_envelope(key: PrivateKey, payload_type: str, payload: bytes) -> dict[st
             "signatures": [{"keyid": key.keyid, "sig": base64.b64encode(key.sign(payload_type, payload)).decode()}]}
 
 
+# The most signatures under trusted key ids an envelope may carry: this toolkit's signers and Sigstore bundles write
+# one; each costs a verification, so thousands of junk ones under a trusted key's id would cost a reader minutes.
+MAX_SIGNATURES = 16
 # DSSE envelope.md v1.0.0: "Either standard or URL-safe encoding is allowed", padded or not; one alphabet a string.
 _STANDARD, _URL_SAFE = re.compile(r"[A-Za-z0-9+/]*={0,2}"), re.compile(r"[A-Za-z0-9_-]*={0,2}")
 
@@ -153,8 +156,10 @@ def b64decode(text: str) -> bytes:
 
 
 def canonical(envelope: dict[str, Any]) -> dict[str, Any]:
-    """The envelope with its payload and signatures in padded standard base64 where they decode, each signature
-    once: one signed envelope has one text, whichever encoding (or repetition) carried it."""
+    """The envelope with its payload and signatures in padded standard base64 where they decode, each signature entry
+    as open_envelope reads it (its key id, "" where missing or null; its sig; nothing else) and once: one signed
+    envelope has one text, whichever encoding (or repetition) carried it. An entry is its key id and sig together,
+    never its sig alone: entries that verify alike are one, and no two texts that verify differently."""
     def standard(value: Any) -> Any:
         try:
             return base64.b64encode(b64decode(value)).decode() if isinstance(value, str) else value
@@ -163,8 +168,8 @@ def canonical(envelope: dict[str, Any]) -> dict[str, Any]:
 
     out = {**envelope, **({"payload": standard(envelope["payload"])} if "payload" in envelope else {})}
     if isinstance(signatures := envelope.get("signatures"), list):
-        texts = (json.dumps({**s, "sig": standard(s.get("sig"))} if isinstance(s, dict) else s, sort_keys=True)
-                 for s in signatures)
+        texts = (json.dumps({"keyid": str(s.get("keyid") or ""), "sig": standard(str(s.get("sig") or ""))}
+                            if isinstance(s, dict) else s, sort_keys=True) for s in signatures)
         out["signatures"] = [json.loads(text) for text in dict.fromkeys(texts)]
     return out
 
@@ -193,6 +198,10 @@ def open_envelope(data: bytes, trusted: dict[str, PublicKey]) -> Opened:
     signatures = envelope.get("signatures")
     if not isinstance(signatures, list) or not signatures:
         raise EnvelopeError("unsigned: the envelope carries no signature")
+    claimed = sum(isinstance(e, dict) and str(e.get("keyid") or "") in trusted for e in signatures)
+    if claimed > MAX_SIGNATURES:     # each costs a verification; an untrusted key id's costs nothing
+        raise EnvelopeError(f"malformed: the envelope carries {claimed} signatures under trusted key ids, more than "
+                            f"the {MAX_SIGNATURES} a DSSE envelope of this toolkit's signers may carry")
     try:
         payload = b64decode(str(envelope["payload"]))
     except ValueError:

@@ -23,6 +23,7 @@ from typing import Any
 
 from buildtool.contracts.label_keys import ARTIFACT_CREATED, ARTIFACT_TITLE
 from buildtool.contracts.names import referrers_tag
+from buildtool.registry.call_errors import TooLarge
 from buildtool.registry.client import (
     EMPTY_JSON,
     EMPTY_JSON_TYPE,
@@ -38,6 +39,10 @@ _INDEX_UPDATE_ATTEMPTS = 5
 # The most a referrer's layer (an SBOM, a signed statement, a Sigstore bundle) may be: a CycloneDX SBOM of a CUDA
 # image (thousands of components) is a few MiB, a signed statement KiB; anything bigger is refused unread.
 MAX_REFERRER_LAYER_BYTES = 64 << 20
+# The most referrers one subject may have (its referrers API pages are bounded by client.LIST_PAGES): this toolkit
+# attaches a provenance, an SBOM and a verdict a night, each in two layouts, so a digest validated every night for ten
+# years has some 7,300. More is refused, never read in part: a list cut short could hide a signature or pick another.
+MAX_REFERRERS = 10_000
 _DIGEST = re.compile(r"[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]+")    # OCI's digest grammar
 log = logging.getLogger(__name__)
 
@@ -129,7 +134,16 @@ def listed_referrers(client: RegistryClient, repo: str, subject_digest: str) -> 
     found = _api_referrers(client, repo, subject_digest)
     if found is not None:
         return found
-    return [Referrer.from_descriptor(d) for d in _fallback_index(client, repo, subject_digest)["manifests"]]
+    listed = _fallback_index(client, repo, subject_digest)["manifests"]
+    return [Referrer.from_descriptor(d) for d in _at_most(listed, repo, subject_digest)]
+
+
+def _at_most(listed: list[Any], repo: str, subject_digest: str) -> list[Any]:
+    """`listed`, unless it holds more than MAX_REFERRERS: then a RegistryError naming the subject and the limit."""
+    if len(listed) > MAX_REFERRERS:
+        raise RegistryError(f"{repo}@{subject_digest} has more than {MAX_REFERRERS} referrers; refused, not read "
+                            "further (a list read in part could hide a signature or choose another)")
+    return listed
 
 
 def fetch(client: RegistryClient, repo: str, referrer: Referrer, subject_digest: str) -> list[Payload]:
@@ -147,12 +161,19 @@ def fetch(client: RegistryClient, repo: str, referrer: Referrer, subject_digest:
     layers = manifest.get("layers", [])
     for layer in layers:     # get_manifest checked each size is an integer
         if layer["size"] > MAX_REFERRER_LAYER_BYTES:
-            raise RegistryError(f"artifact {referrer.digest}: its layer {layer['digest']} is {layer['size']} bytes, "
-                                f"over the {MAX_REFERRER_LAYER_BYTES}-byte limit")
-    return [Payload(data=client.get_blob(repo, layer["digest"], limit=MAX_REFERRER_LAYER_BYTES),  # checks the digest
-                    title=(layer.get("annotations") or {}).get(ARTIFACT_TITLE, ""),
-                    media_type=str(layer.get("mediaType")))
-            for layer in layers]
+            raise TooLarge(f"artifact {referrer.digest}: its layer {layer['digest']} is {layer['size']} bytes, "
+                           f"over the {MAX_REFERRER_LAYER_BYTES}-byte limit")
+    # The layers together too (the toolkit's artifacts have one): thousands, each under the limit, are never read.
+    if (total := sum(layer["size"] for layer in layers)) > MAX_REFERRER_LAYER_BYTES:
+        raise TooLarge(f"artifact {referrer.digest}: its {len(layers)} layers are {total} bytes together, over the "
+                       f"{MAX_REFERRER_LAYER_BYTES}-byte limit")
+    payloads, left = [], MAX_REFERRER_LAYER_BYTES
+    for layer in layers:     # each read bounded by what is left: a registry may send more than a size says
+        data = client.get_blob(repo, layer["digest"], limit=left)    # checks the digest
+        left -= len(data)
+        payloads.append(Payload(data=data, title=(layer.get("annotations") or {}).get(ARTIFACT_TITLE, ""),
+                                media_type=str(layer.get("mediaType"))))
+    return payloads
 
 
 def _artifact_manifest(raw: bytes, digest: str) -> dict[str, Any]:
@@ -222,12 +243,13 @@ def _api_referrers(client: RegistryClient, repo: str, subject_digest: str) -> li
         log.info("registry %s: %s answered HTTP %s %s, not an image index: reading the %s tag instead", client.host,
                  path, response.status_code, response.headers.get("Content-Type", ""), referrers_tag(subject_digest))
         return None
-    found = [Referrer.from_descriptor(d) for d in manifests]
+    found = [Referrer.from_descriptor(d) for d in _at_most(manifests, repo, subject_digest)]
     for page in itertools.islice(client.pages(path, repo, response, headers={"Accept": OCI_INDEX}), 1, None):
         more = _index_manifests(page)
         if more is None:
             raise RegistryError(f"{client.host}: a later page of {path} is not an OCI image index")
-        found += [Referrer.from_descriptor(d) for d in more]
+        found += [Referrer.from_descriptor(d) for d in _at_most(more, repo, subject_digest)]
+        _at_most(found, repo, subject_digest)
     return found
 
 

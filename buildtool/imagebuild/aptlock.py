@@ -269,6 +269,7 @@ def platform_base(base_ref: str, platform: str) -> str:
     of an image index by digest, or the image itself when it is that platform's. FailedError naming the base
     and the platform when the registry has none (a base mirrored for amd64 only)."""
     from buildtool.registry.client import DOCKER_LIST, OCI_INDEX, RegistryClient, RegistryUnreachable
+    from buildtool.registry.image_index import MAX_CONFIG_BYTES
 
     wanted = platforms.get(platform)
     host, repo, ref = split_repo(base_ref)
@@ -297,7 +298,7 @@ def platform_base(base_ref: str, platform: str) -> str:
         # An artifact or another kind of manifest under the tag: no image config to read the platform from.
         raise FailedError(f"the base {base_ref} is no image: its manifest ({media_type or 'no media type'}) has no "
                           f"config digest (an artifact?); mirror the base for {platform} (`make bases`)")
-    config = json.loads(client.get_blob(repo, described["digest"]))
+    config = json.loads(client.get_blob(repo, described["digest"], limit=MAX_CONFIG_BYTES))
     have = f"{config.get('os')}/{config.get('architecture')}"
     if have != platform:
         raise FailedError(f"the base {base_ref} is one {have} image, not an index with {platform}; mirror the base "

@@ -42,6 +42,7 @@ from buildtool.imagebuild.pipconfig import HostPip, pip_secrets
 from buildtool.matrix.plan import mirror_base
 from buildtool.matrix.schema import Cell
 from buildtool.registry.client import NotFound, RegistryClient, RetryPolicy
+from buildtool.registry.image_index import MAX_CONFIG_BYTES
 from buildtool.render.dockerfiles import label_value
 
 MMDEBSTRAP_TIMEOUT = 1200
@@ -156,7 +157,8 @@ def registry_base_source(ref: str) -> str | None:
     manifest = json.loads(client.get_manifest(repo, tag)[0])
     if "config" not in manifest:
         return None
-    labels = (json.loads(client.get_blob(repo, manifest["config"]["digest"])).get("config") or {}).get("Labels")
+    config = json.loads(client.get_blob(repo, manifest["config"]["digest"], limit=MAX_CONFIG_BYTES))
+    labels = (config.get("config") or {}).get("Labels")
     return (labels or {}).get(label_keys.BASE_SOURCE)
 
 

@@ -25,6 +25,7 @@ from buildtool.imagebuild.progress import Progress
 from buildtool.imagebuild.provenance import Built, facts_from_build, make_provenance, tools
 from buildtool.matrix.plan import CellPlan
 from buildtool.registry.client import RegistryClient, RegistryError
+from buildtool.registry.image_index import MAX_CONFIG_BYTES
 from buildtool.sbom.document import find_sbom
 from buildtool.sbom.signing import SBOM_PREDICATE, plain_sbom_problem, signed_by
 
@@ -144,7 +145,7 @@ class Publishing:
         self.progress.update(plan.cell.key, "provenance", "signing the build's provenance")
         try:
             body = json.loads(self.registry.get_manifest(repo, digest)[0])
-            config = json.loads(self.registry.get_blob(repo, body["config"]["digest"]))
+            config = json.loads(self.registry.get_blob(repo, body["config"]["digest"], limit=MAX_CONFIG_BYTES))
             labels = dict((config.get("config") or {}).get("Labels") or {})
             platform = "/".join(str(config[k]) for k in ("os", "architecture", "variant") if config.get(k))
             log, cache, changed = self._pushed.get(digest, (None, "", ()))

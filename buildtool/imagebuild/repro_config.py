@@ -20,6 +20,7 @@ from typing import Any
 from buildtool.common.errors import FailedError
 from buildtool.contracts import label_keys
 from buildtool.registry.client import RegistryClient
+from buildtool.registry.image_index import MAX_CONFIG_BYTES
 
 # What BuildKit writes into a config about its cache and its own run, never about the image.
 BUILD_METADATA = ("moby.buildkit.cache.v0", "moby.buildkit.buildinfo.v1")
@@ -89,7 +90,7 @@ def publish_normalised(client: RegistryClient, repo: str, tag: str, epoch: int) 
     manifest = json.loads(body)
     if not isinstance(manifest.get("config"), dict) or not isinstance(manifest.get("layers"), list):
         raise FailedError(f"{repo}:{tag} ({built}) is not a single image's manifest ({media_type})")
-    config = json.loads(client.get_blob(repo, manifest["config"]["digest"]))
+    config = json.loads(client.get_blob(repo, manifest["config"]["digest"], limit=MAX_CONFIG_BYTES))
     new, changed = normalise(config, epoch)
     if not changed:
         return Published(built, "", ())

@@ -1,18 +1,21 @@
 """Reading what a registry answers: a `Link` header's next page, a `Content-Range`, a `Retry-After`, the errors a
-body names, a streamed body read to its sink, why TLS failed, and whether a manifest has the shape OCI gives it; the
-requests adapter that carries this toolkit's SSL context. Pure helpers of buildtool.registry.client."""
+body names, a streamed body read to its sink (or whole, bounded: WholeBody), why TLS failed, and whether a manifest
+has the shape OCI gives it; the requests adapter that carries this toolkit's SSL context. Pure helpers of
+buildtool.registry.client."""
 
 from __future__ import annotations
 
 import contextlib
 import email.utils
+import io
 import json
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from buildtool.registry.transport import CHUNK, BodyInterrupted, Response, Sink, write_to_sink
+from buildtool.registry.transport import CHUNK, BodyInterrupted, Response, Sink, in_memory, write_to_sink
 
 
 def retry_after(value: str | None, now: float | None = None) -> float | None:
@@ -81,7 +84,7 @@ def streamed(response: Any, sink: Sink | None) -> Response:
     got = 0
     # Closed whatever ends the read, the sink refusing the answer too: a half-read answer closes its connection.
     with contextlib.closing(response):
-        write = (sink(response.status_code, response.headers) if sink is not None else None) or chunks.append
+        write = (sink(response.status_code, response.headers) if sink is not None else None) or in_memory(chunks)
         try:
             # read1: what has arrived, so a reset keeps every byte before it (requests' iter_content waits for whole
             # chunks and loses a partial one); urllib3 still checks the Content-Length and decodes Content-Encoding.
@@ -91,6 +94,36 @@ def streamed(response: Any, sink: Sink | None) -> Response:
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise BodyInterrupted(f"{type(exc).__name__} after {got} bytes") from None
     return Response(response.status_code, response.headers, b"".join(chunks))
+
+
+class WholeBody:
+    """A Sink that reads a 200's body into memory (`data`), at most `limit` bytes: an answer whose Content-Length says
+    more is refused before its body is read, one that sends more (chunked, or ended by closing) stops at the limit;
+    `refuse(size)` makes the error, `size` in words. Each answer starts it anew, so an answer cut off part way is
+    asked for again whole (`restarts`), as one read without a sink is."""
+
+    restarts = True
+
+    def __init__(self, limit: int, refuse: Callable[[str], Exception]) -> None:
+        self.limit, self.refuse, self._out = limit, refuse, io.BytesIO()
+
+    def __call__(self, status: int, headers: Any) -> Callable[[bytes], object] | None:
+        if status != 200:
+            return None
+        said = str(headers.get("Content-Length") or "").strip()
+        if said.isascii() and said.isdigit() and int(said) > self.limit:
+            raise self.refuse(f"{int(said)} bytes")
+        self._out = io.BytesIO()
+        return self._write
+
+    def _write(self, chunk: bytes) -> object:
+        if self._out.tell() + len(chunk) > self.limit:
+            raise self.refuse(f"at least {self._out.tell() + len(chunk)} bytes")
+        return self._out.write(chunk)
+
+    @property
+    def data(self) -> bytes:
+        return self._out.getvalue()
 
 
 def error_text(response: Response) -> str:

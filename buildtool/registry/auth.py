@@ -22,7 +22,13 @@ from urllib.parse import urlencode, urlsplit
 
 from buildtool.registry import credentials as creds_mod
 from buildtool.registry.answers import one_line
-from buildtool.registry.call_errors import CredentialsRefused, InsufficientScope, NoCredentials, RegistryError
+from buildtool.registry.call_errors import (
+    CredentialsRefused,
+    InsufficientScope,
+    NoCredentials,
+    RateLimited,
+    RegistryError,
+)
 from buildtool.registry.transport import Response
 
 log = logging.getLogger(__name__)
@@ -170,6 +176,18 @@ def server_message(response: Response) -> str:
         if text and len(text[0]) < 300 and not text[0].lstrip().startswith("<"):
             parts.append(text[0])
     return one_line("; ".join(parts))[:300]     # one line: a message may hold newlines
+
+
+def rate_limited(method: str, url: str, response: Any, detail: str) -> RateLimited:
+    """429 (or 503) that waiting within this command's bounds did not cure: the host that answered and
+    its own words (Docker Hub's explain its pull limit). `url` without its query string (upload state)."""
+    status, url = response.status_code, url.split("?", 1)[0]
+    said = server_message(response)
+    if status == 429:
+        who = getattr(response, "answered_by", "") or urlsplit(url).netloc
+        return RateLimited(f"rate limited by {who}: {said or 'HTTP 429 Too Many Requests'} (HTTP 429 to {method} "
+                           f"{url}; {detail}); try later")
+    return RateLimited(f"{method} {url}: HTTP {status}{f' ({said})' if said else ''}, {detail}; try later")
 
 
 def _token_realm(host: str, realm: str) -> str:

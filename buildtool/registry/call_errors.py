@@ -44,5 +44,9 @@ class RegistryTLSError(RegistryError):
     exit_code = 2
 
 
+class TooLarge(RegistryError):
+    """An answer, blob or artifact layer over the size this client reads to: refused, not read further."""
+
+
 class RateLimited(RegistryError):
     """429/503 with a Retry-After longer than this command may wait."""

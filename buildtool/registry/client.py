@@ -40,16 +40,17 @@ from buildtool.common import refs
 from buildtool.common.errors import FailedError
 from buildtool.common.urls import no_netrc
 from buildtool.registry import answers, tools
-from buildtool.registry.auth import HostAuth, Triple, needed_scopes, server_message
+from buildtool.registry.auth import HostAuth, Triple, needed_scopes, rate_limited
 from buildtool.registry.call_errors import (
     NotFound,
-    RateLimited,
     RegistryAuthError,
     RegistryError,
     RegistryTLSError,
     RegistryUnreachable,
+    TooLarge,
 )
 from buildtool.registry.transport import (
+    AnswerTooLarge,
     BodyInterrupted,
     LoopbackTransport,
     Response,
@@ -81,6 +82,9 @@ _REDIRECTS = (301, 302, 303, 307, 308)
 _AUTH_ROUNDS = 2          # 401s one request answers by (re)authenticating before it gives up
 LIST_PAGES = 1000         # pages of one list (tags, referrers) read at most: 100,000 tags at Docker Hub's 100
 BLOB_RESUMES = 100        # cut-offs one blob read survives in all, even each bringing bytes (a bound on the requests)
+# The most a manifest (an index, the referrers fallback index) may be: the OCI distribution spec (spec.md, "Pushing
+# Manifests") has registries SHOULD support manifests of at least 4 megabytes and SHOULD refuse larger ones (413).
+MAX_MANIFEST_BYTES = 4 << 20
 
 
 _CUT_OFF = "the connection broke part way through the answer"
@@ -202,7 +206,8 @@ class RegistryClient:
                   sink: Sink | None = None, follow: bool = True) -> Any:
         """One call with retries: connection errors, timeouts, answers cut off part way and 5xx with backoff, 429
         and 503 after their Retry-After (bounded); the last answer otherwise (any status). TLS failures are not
-        retried; a streamed body cut off part way (`sink`) is raised (BodyInterrupted) for the reader to resume."""
+        retried; a streamed body cut off part way (`sink`) is raised (BodyInterrupted) for the reader to resume, unless
+        the sink reads each answer whole anew (answers.WholeBody)."""
         delay = self.retry.first_delay
         last: str = ""
         response = None
@@ -215,8 +220,10 @@ class RegistryClient:
                 raise RegistryTLSError(f"TLS to {netloc} failed: {answers.tls_reason(exc)}; put the registry's CA "
                                        f"certificate in /etc/docker/certs.d/{netloc}/ca.crt (docker, skopeo and "
                                        "buildtool read it) or name a CA bundle in REQUESTS_CA_BUNDLE") from None
+            except AnswerTooLarge as exc:
+                raise TooLarge(f"{method} {self._safe(url)}: the answer is {exc}; not read further") from None
             except self._transient as exc:     # BodyInterrupted too: a TransportConnectionError
-                if sink is not None and isinstance(exc, BodyInterrupted):
+                if sink is not None and isinstance(exc, BodyInterrupted) and not getattr(sink, "restarts", False):
                     raise
                 last, response = _FAILURE_NAMES.get(type(exc).__name__, type(exc).__name__), None
             else:
@@ -227,14 +234,14 @@ class RegistryClient:
                 if status in (429, 503):
                     asked = answers.retry_after(response.headers.get("Retry-After"))
                     if asked is not None and asked > self.retry.max_retry_after:
-                        raise self._rate_limited(method, url, response, f"Retry-After {asked:.0f} s, longer than "
+                        raise rate_limited(method, url, response, f"Retry-After {asked:.0f} s, longer than "
                                                  f"the {self.retry.max_retry_after:.0f} s this command waits")
                     wait = delay if asked is None else asked
                     with self._lock:
                         self._rate_waited += wait
                         spent = self._rate_waited
                     if spent > self.retry.rate_limit_budget:
-                        raise self._rate_limited(method, url, response, f"rate-limited for over "
+                        raise rate_limited(method, url, response, f"rate-limited for over "
                                                  f"{self.retry.rate_limit_budget:.0f} s in all")
             if attempt < self.retry.attempts:
                 log.warning("registry %s: %s %s failed (%s); retry %d/%d in %.1fs", self.host, method,
@@ -243,7 +250,7 @@ class RegistryClient:
                 delay = min(delay * 2, self.retry.max_delay)
         if response is not None:
             if response.status_code == 429:
-                raise self._rate_limited(method, url, response, f"{self.retry.attempts} attempts")
+                raise rate_limited(method, url, response, f"{self.retry.attempts} attempts")
             return response
         if last == "ConnectionError" and urlsplit(url).netloc.lower() == self.api_host.lower():
             raise RegistryUnreachable(f"registry {self.host} is unreachable; start it (bash scripts/setup.sh starts "
@@ -251,18 +258,6 @@ class RegistryClient:
         said, hint = (f"no answer within {self.retry.timeout:g} s,", f"; is {urlsplit(url).netloc} answering? (restart "
                       "it, or set REGISTRY to another)") if last == "Timeout" else (f"{last} after", "")
         raise RegistryError(f"{method} {self._safe(url)}: {said} {self.retry.attempts} attempts{hint}")
-
-    def _rate_limited(self, method: str, url: str, response: Any, detail: str) -> RateLimited:
-        """429 (or 503) that waiting within this command's bounds did not cure: the host that answered and
-        its own words (Docker Hub's explain its pull limit)."""
-        status = response.status_code
-        said = server_message(response)
-        if status == 429:
-            who = getattr(response, "answered_by", "") or urlsplit(url).netloc
-            return RateLimited(f"rate limited by {who}: {said or 'HTTP 429 Too Many Requests'} (HTTP 429 to {method} "
-                               f"{self._safe(url)}; {detail}); try later")
-        return RateLimited(f"{method} {self._safe(url)}: HTTP {status}{f' ({said})' if said else ''}, {detail}; "
-                           "try later")
 
     def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), repo: str = "", mount_from: str = "",
                 sink: Sink | None = None, headers: dict[str, str] | None = None,
@@ -328,9 +323,13 @@ class RegistryClient:
     def get_manifest(self, repo: str, ref: str) -> tuple[bytes, str, str]:
         """(raw bytes, media type, sha256 digest) of a manifest or index, by tag or digest; asked for by digest, the
         bytes must have that digest (the spec's client check: a registry or proxy serving others is refused), and
-        whatever it is asked by, a JSON object of the shape OCI gives a manifest (answers.manifest_problem)."""
-        response = self.request("GET", f"{repo}/manifests/{ref}", repo=repo, headers=_ACCEPT_MANIFESTS)
-        body = response.content
+        whatever it is asked by, a JSON object of the shape OCI gives a manifest (answers.manifest_problem), of at most
+        MAX_MANIFEST_BYTES (not read further)."""
+        whole = answers.WholeBody(MAX_MANIFEST_BYTES, lambda size: TooLarge(
+            f"{self.host}/{repo}{'@' if ':' in ref else ':'}{ref}: the manifest is {size}, over the "
+            f"{MAX_MANIFEST_BYTES}-byte limit on a manifest; not read further"))
+        response = self.request("GET", f"{repo}/manifests/{ref}", repo=repo, headers=_ACCEPT_MANIFESTS, sink=whole)
+        body = whole.data
         if ":" in ref:
             got = _hashed(body, ref)
             if not got:
@@ -423,7 +422,7 @@ class RegistryClient:
 
         def bounded(chunk: bytes) -> object:
             if out.tell() + len(chunk) > (limit or 0):
-                raise RegistryError(f"blob {digest} of {repo} is over the {limit}-byte limit; not read further")
+                raise TooLarge(f"blob {digest} of {repo} is over the {limit}-byte limit; not read further")
             return out.write(chunk)
 
         def unwritten(error: object) -> FailedError:

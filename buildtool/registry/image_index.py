@@ -14,6 +14,9 @@ from typing import Any
 from buildtool.contracts import platforms
 from buildtool.registry.client import INDEX_TYPES, OCI_INDEX, OCI_MANIFEST, NotFound, RegistryClient, RegistryError
 
+# The most an image config may be: one is KiB (a few hundred for many layers' history); anyone who may push writes it.
+MAX_CONFIG_BYTES = 4 << 20
+
 
 class PlatformMissing(NotFound):
     """The tag exists but holds no image of the platform asked for."""
@@ -42,7 +45,7 @@ def _image(client: RegistryClient, repo: str, digest: str, manifest: dict[str, A
     if not isinstance(blob, str):
         raise RegistryError(f"{where} is not an image manifest (no config digest)")
     try:
-        config = json.loads(client.get_blob(repo, blob))
+        config = json.loads(client.get_blob(repo, blob, limit=MAX_CONFIG_BYTES))
     except ValueError:      # not JSON, not UTF-8
         config = None
     inner = (config.get("config") or {}) if isinstance(config, dict) else None

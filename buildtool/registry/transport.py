@@ -44,6 +44,28 @@ class SinkWriteError(Exception):
     network's doing, so never retried as a cut-off. Its text is the OSError's."""
 
 
+class AnswerTooLarge(Exception):
+    """An answer read into memory (no sink) ran past MAX_ANSWER_BYTES: not read further. Its text is how much."""
+
+
+# The most an answer read into memory may be (a page of tags or referrers, an error page, a token): manifests and blobs
+# go through a sink, to their own limits. A list page of 100,000 tags is some 5 MiB.
+MAX_ANSWER_BYTES = 64 << 20
+
+
+def in_memory(chunks: list[bytes]) -> Callable[[bytes], object]:
+    """`chunks.append`, refusing (AnswerTooLarge) a chunk that would take them past MAX_ANSWER_BYTES."""
+    held = 0
+
+    def append(chunk: bytes) -> None:
+        nonlocal held
+        held += len(chunk)
+        if held > MAX_ANSWER_BYTES:
+            raise AnswerTooLarge(f"over {MAX_ANSWER_BYTES} bytes")
+        chunks.append(chunk)
+    return append
+
+
 def write_to_sink(write: Callable[[bytes], object], chunk: bytes) -> None:
     try:
         write(chunk)
@@ -144,7 +166,8 @@ class LoopbackTransport:
         """The body, read whole, or streamed to where `sink` says; a body cut off part way (a reset, or fewer
         bytes than its Content-Length) raises BodyInterrupted."""
         chunks: list[bytes] = []
-        write = (sink(resp.status, resp.headers) if sink is not None and method != "HEAD" else None) or chunks.append
+        streamed = sink(resp.status, resp.headers) if sink is not None and method != "HEAD" else None
+        write = streamed or in_memory(chunks)
         declared = resp.getheader("Content-Length")
         got = 0
         try:

@@ -22,6 +22,7 @@ from buildtool.registry.client import (
     RetryPolicy,
     sha256_digest,
 )
+from buildtool.registry.image_index import MAX_CONFIG_BYTES
 from buildtool.release.gates import Platform, StandIns, declared_platform, index_entries, known_platform
 from buildtool.release.model import ImageRelease, TagState
 from buildtool.release.tag_plan import apply_tag_plan, releases_in
@@ -35,10 +36,6 @@ READ_THREADS = 8
 def _or_empty(value: Any) -> Any:
     """A config's field as written, {} where it is absent or null (Docker writes `"Labels": null`)."""
     return {} if value is None else value
-
-
-# The most an image config may be: one is KiB (a few hundred for many layers' history); anyone who may push writes it.
-MAX_CONFIG_BYTES = 4 << 20
 
 
 def _config(client: RegistryClient, repo: str, manifest: dict[str, Any]) -> tuple[dict[str, str], str]:

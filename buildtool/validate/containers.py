@@ -20,6 +20,7 @@ from buildtool.common.errors import UserError
 from buildtool.common.refs import has_registry, split_repo
 from buildtool.contracts import label_keys, platforms
 from buildtool.registry.client import INDEX_TYPES, NotFound, RegistryClient
+from buildtool.registry.image_index import MAX_CONFIG_BYTES
 
 PULL_TIMEOUT_S = 1800
 
@@ -133,7 +134,7 @@ def pin(ref: str, platform: str | None = None) -> Resolved:
     config_digest = _config_digest(client, repo, digest)
     if config_digest is None:
         raise UserError(f"image {ref}: the manifest {digest} names no image config")
-    config = _image_config(client.get_blob(repo, config_digest))
+    config = _image_config(client.get_blob(repo, config_digest, limit=MAX_CONFIG_BYTES))
     if config is None:
         # Anyone who may push can write one; its labels and env could not be read as the image's.
         raise UserError(f"image {ref}: its config {config_digest} is not an image config (a JSON object whose "
@@ -224,7 +225,7 @@ def _from_layers_here(client: RegistryClient, repo: str, digest: str) -> dict[st
     config = _config_digest(client, repo, digest)
     if config is None or not config.startswith("sha256:"):
         return None
-    raw = client.get_blob(repo, config)          # checked against its digest
+    raw = client.get_blob(repo, config, limit=MAX_CONFIG_BYTES)          # checked against its digest
     parsed = _image_config(raw)
     rootfs = parsed.get("rootfs") if parsed is not None else None
     diff_ids = rootfs.get("diff_ids") if isinstance(rootfs, dict) else None

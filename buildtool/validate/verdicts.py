@@ -22,6 +22,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from buildtool.attest import referrers
 from buildtool.attest.bundles import attach_bundle, fetch_envelopes, is_bundle, own_first, same_envelope
 from buildtool.attest.dsse import EnvelopeError, claimed_keyids, open_envelope, sign_envelope
 from buildtool.attest.intoto import check_subject, load_statement
@@ -141,6 +142,7 @@ class _Reading:
     now: dt.datetime
     findings: Findings = field(default_factory=Findings)
     counted: set[str] = field(default_factory=set)
+    verified: set[str | None] = field(default_factory=set)   # what each verdict that verified signs (same_envelope)
 
 
 def find_verdicts(client: RegistryClient, repo: str, digest: str, trusted: TrustedKeys,
@@ -240,6 +242,9 @@ def _read_one(reading: _Reading, ref: Referrer) -> None:
         findings.rejected.append(Rejected(ref.digest, outcome))
         return
     verdict, keyid = outcome
+    if (signed := same_envelope(payloads, signed=True)) in reading.verified:
+        return   # that signed verdict again, with other signatures beside its own: the same verdict
+    reading.verified.add(signed)
     found = Found(ref.digest, verdict, keyid, ref)
     why = unplaceable(verdict.started, reading.now)
     if not why:
@@ -254,11 +259,12 @@ def _pinned(client: RegistryClient, repo: str, digest: str, findings: Findings) 
     """tag -> attestation digest of every verdict pin tag of `digest`; a pin tag that no longer
     names the manifest its name says was overwritten: recorded in `findings.overwritten`; one listed that names no
     manifest the registry has may name a verdict nobody can read: recorded in `findings.blocking`."""
+    named_by = {tag: named for tag in client.tags(repo) if (named := parse_verdict_pin_tag(tag, digest)) is not None}
+    if len(named_by) > referrers.MAX_REFERRERS:     # each pins a referrer: no more of them than of referrers
+        raise RegistryError(f"{repo}@{digest} has more than {referrers.MAX_REFERRERS} verdict pin tags; refused, not "
+                            "read further (a list read in part could hide a signature or choose another)")
     pins = {}
-    for tag in client.tags(repo):
-        named = parse_verdict_pin_tag(tag, digest)
-        if named is None:
-            continue
+    for tag, named in named_by.items():
         now = client.manifest_digest(repo, tag)
         if now is None:
             findings.blocking.append(f"the verdict pin tag {tag} is listed, but the registry has no manifest for it: "
