@@ -359,3 +359,21 @@ def test_a_recursive_alias_in_a_row_is_named_at_its_line(tmp_path: Path) -> None
         frameworks.load_row(folder)
     assert str(caught.value) == (f"{WHERE}:{line}: not valid YAML (alias *d refers to a value that contains it; "
                                  "a value cannot include itself)")
+
+
+def test_a_merge_key_in_a_row_merges_as_in_the_matrix(tmp_path: Path) -> None:
+    """A YAML merge key (`<<: {...}`, `<<: *m`), which matrix.yaml's loader merges, was refused in a framework.yaml
+    as "not valid YAML (could not determine a constructor for the tag 'tag:yaml.org,2002:merge')" (the duplicate-key
+    check constructed the `<<` key); now it merges there too, the keys written beside it winning."""
+    folder = _folder(tmp_path)
+    row = folder / "framework.yaml"
+    row.write_text(_edit(row.read_text(), "title: FixtureFW\n",
+                         "title: FixtureFW\n<<: {title: Merged, cuda_build: \"'12.8'\"}\n"))
+    loaded = frameworks.load_row(folder)
+    assert (loaded.title, loaded.cuda_build_expr) == ("FixtureFW", "'12.8'")
+    row.write_text(row.read_text() + "module: yaml\n")
+    with pytest.raises(frameworks.TableError, match=r"framework\.yaml:\d+: not valid YAML \(duplicate key 'module'\)"):
+        frameworks.load_row(folder)
+    # A merged mapping that merges another and overrides its key is no duplicate, wherever it is aliased again.
+    assert frameworks._parse_row("y: &y {k: 0}\nc: {<<: &x {<<: *y, k: 1}}\nd: *x\n") == \
+        {"y": {"k": 0}, "c": {"k": 1}, "d": {"k": 1}}
