@@ -377,3 +377,16 @@ def test_a_merge_key_in_a_row_merges_as_in_the_matrix(tmp_path: Path) -> None:
     # A merged mapping that merges another and overrides its key is no duplicate, wherever it is aliased again.
     assert frameworks._parse_row("y: &y {k: 0}\nc: {<<: &x {<<: *y, k: 1}}\nd: *x\n") == \
         {"y": {"k": 0}, "c": {"k": 1}, "d": {"k": 1}}
+
+
+def test_a_collection_as_a_key_is_refused_with_its_line(tmp_path: Path) -> None:
+    """A collection written as a key (`? [a]`) went into the duplicate-key check's set: a TypeError traceback
+    (unhashable type: 'list'); now it is the one-line refusal PyYAML gives it, at its line."""
+    folder = _folder(tmp_path)
+    row = folder / "framework.yaml"
+    text = row.read_text()
+    row.write_text(text + "? [a]\n: 1\n")
+    with pytest.raises(frameworks.TableError) as caught:
+        frameworks.load_row(folder)
+    line = text.count("\n") + 1
+    assert str(caught.value) == f"{WHERE}:{line}: not valid YAML (found unhashable key)"

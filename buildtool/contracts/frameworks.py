@@ -34,7 +34,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -168,6 +168,8 @@ class _StrictLoader(yaml.SafeLoader):
                 if key_node.tag == "tag:yaml.org,2002:merge":
                     continue
                 key = self.construct_object(key_node)
+                if not isinstance(key, Hashable):   # construct_mapping refuses it, naming it
+                    continue
                 if key in seen:
                     raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
                 seen.add(key)
