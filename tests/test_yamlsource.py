@@ -118,3 +118,22 @@ def test_alias_expansion_is_bounded(loader: type):
     # Well under the bound, aliases are ordinary YAML.
     small = "a: &a [1, 2, 3]\nb: [*a, *a, *a]\n"
     assert yamlsource.parse_yaml(small, "m.yaml").data["b"] == [[1, 2, 3]] * 3
+
+
+@pytest.mark.parametrize(("text", "data"), [
+    ("a: &x 1\nb: &x 2\nc: *x\n", {"a": 1, "b": 2, "c": 2}),
+    ("a: &a [&a 1, *a]\n", {"a": [1, 1]}),
+    ("a: &a [&a [1], *a]\nb: *a\n", {"a": [[1], [1]], "b": [[1], [1]]}),
+    ("a: &a {b: &a x, c: *a}\n", {"a": {"b": "x", "c": "x"}}),
+])
+def test_an_alias_is_the_most_recent_node_of_its_anchor(loader: type, text: str, data: dict):
+    """YAML 1.2 (3.2.2.2): an anchor may be defined again, and an alias refers to the most recent preceding node of
+    its anchor. `&a [&a 1, *a]` was refused as an alias inside the value it refers to (the outer list), though *a
+    is the inner `&a 1`; a re-defined anchor stays allowed (PyYAML's composer alone refuses it)."""
+    assert yamlsource.parse_yaml(text, "m.yaml").data == data
+
+
+@pytest.mark.parametrize("text", ["a: &a [&a [*a]]\n", "x: &a 1\na: &a [*a]\n", "a: &a [&a 1, &a [*a]]\n"])
+def test_an_alias_inside_the_most_recent_node_of_its_anchor_is_refused(loader: type, text: str):
+    with pytest.raises(MatrixError, match=r"alias \*a refers to a value that contains it"):
+        yamlsource.parse_yaml(text, "m.yaml")

@@ -253,8 +253,9 @@ class _Builder:
         if tag is None or tag == "!":
             tag = _RESOLVER.resolve(yaml.ScalarNode, event.value, event.implicit)
         value = self._scalar(event, loc, line, tag)
-        if event.anchor:
+        if event.anchor:   # the most recent node of an anchor is the one its aliases name (YAML 1.2, 3.2.2.2)
             self.anchors[event.anchor] = (value, 1)
+            self.open_anchors.discard(event.anchor)
         self._attach(parent, value, 1, line)
 
     def _child_loc(self, parent: _Frame | None) -> Loc:
