@@ -297,3 +297,25 @@ def test_a_failing_nvidia_smi_that_printed_only_rows_names_no_row_as_its_cause(
     _smi(tmp_path, monkeypatch, [f"0, {H100}, 570.86.15, 81559"], rc=15)
     found = probe.gpu_inventory()
     assert found.gpus == [] and found.problem == "nvidia-smi failed (exit 15): no error message"
+
+
+@pytest.mark.parametrize(("memory", "mib"), [("81559", 81559), ("81559 MiB", 81559), ("[N/A]", None)])
+def test_memory_with_its_unit_is_read_not_taken_as_unknown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          memory: str, mib: int | None) -> None:
+    """memory.total as nvidia-smi prints it without `nounits` (`81559 MiB`) was read as unknown memory, silently;
+    now its MiB are read (and [N/A], a GPU without its own memory, stays unknown)."""
+    _smi(tmp_path, monkeypatch, [f"0, {H100}, 570.86.15, {memory}"])
+    found = probe.gpu_inventory()
+    assert [(g.name, g.memory_mib) for g in found.gpus] == [(H100, mib)] and found.problem == ""
+
+
+@pytest.mark.parametrize("memory", ["80 GB", "abc", "", "\u00b2", "-1", "81559 MiB extra"])
+def test_memory_that_is_no_number_of_mib_is_refused_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             memory: str) -> None:
+    """A memory.total that is no number of MiB (`80 GB`, text) was read as unknown memory, silently (`²` passed
+    isdigit and was a ValueError traceback); now the runner has no usable GPU, and why names the GPU and value."""
+    _smi(tmp_path, monkeypatch, [f"0, {H100}, 570.86.15, {memory}"])
+    found = probe.gpu_inventory()
+    assert found.gpus == []
+    assert found.problem == (f"nvidia-smi lists GPU 0 ({H100}) but reads its memory.total as {memory!r}, not a number "
+                             "of MiB (is the nvidia-smi first on PATH NVIDIA's own?)")

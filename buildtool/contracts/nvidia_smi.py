@@ -5,6 +5,7 @@ runner's own Python: standard library only, Python 3.9 syntax.
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 TIMEOUT_S = 30
@@ -57,7 +58,13 @@ def read_rows(text: str) -> tuple[list[dict[str, str]], str]:
         broken = _broken_field(parts)
         if broken:
             return [], broken
-        found.append({"index": parts[0], "name": parts[1], "driver": parts[2], "memory_mib": parts[3]})
+        # MiB, as `nounits` prints it or with its unit (without nounits): nothing else is silently unknown memory.
+        memory = re.fullmatch(r"([0-9]+)(?: MiB)?", parts[3])
+        if memory is None and parts[3] not in NO_VALUE:
+            return [], (f"nvidia-smi lists GPU {parts[0][:20]} ({parts[1][:60]}) but reads its memory.total as "
+                        f"{parts[3][:60]!r}, not a number of MiB (is the nvidia-smi first on PATH NVIDIA's own?)")
+        found.append({"index": parts[0], "name": parts[1], "driver": parts[2],
+                      "memory_mib": memory.group(1) if memory else parts[3]})
     return found, "" if found else "nvidia-smi lists no GPU"
 
 
