@@ -319,3 +319,21 @@ def test_memory_that_is_no_number_of_mib_is_refused_naming_it(tmp_path: Path, mo
     assert found.gpus == []
     assert found.problem == (f"nvidia-smi lists GPU 0 ({H100}) but reads its memory.total as {memory!r}, not a number "
                              "of MiB (is the nvidia-smi first on PATH NVIDIA's own?)")
+
+
+@pytest.mark.parametrize("query", [("index", "name", "pci.bus_id", "driver_version", "memory.total"),
+                                   ("index", "name", "driver_version", "memory.total", "pci.bus_id"),
+                                   ("index", "pci.bus_id", "name", "driver_version", "memory.total")])
+def test_a_row_is_read_by_the_fields_of_query_wherever_name_is(monkeypatch: pytest.MonkeyPatch,
+                                                              query: tuple[str, ...]) -> None:
+    """_fields split a row's last fields off with a literal rsplit(",", 2) and read_rows took them by position: a
+    QUERY with another field gave a name holding it and a driver or memory of another field, silently; now the
+    name's commas are found from QUERY's place of `name` and every value is taken by its field."""
+    from buildtool.contracts import nvidia_smi
+
+    monkeypatch.setattr(nvidia_smi, "QUERY", query)
+    values = {"index": "0", "name": "NVIDIA Example, 80GB HBM3", "pci.bus_id": "00000000:3B:00.0",
+              "driver_version": "570.86.15", "memory.total": "81559"}
+    row = ", ".join(values[field] for field in query)
+    assert nvidia_smi.read_rows(row + "\n") == (
+        [{"index": "0", "name": "NVIDIA Example, 80GB HBM3", "driver": "570.86.15", "memory_mib": "81559"}], "")
