@@ -159,7 +159,8 @@ class _Builder:
         self.doc = doc
         self.stack: list[_Frame] = []
         self.anchors: dict[str, tuple[Any, int]] = {}
-        self.open_anchors: set[str] = set()
+        # Anchors whose most recent node (YAML 1.2, 3.2.2.2: the one an alias names) is a collection still open.
+        self.open_anchors: dict[str, _Frame] = {}
         self.expanded = 0
         self.documents = 0
         self.root: Any = None
@@ -231,10 +232,10 @@ class _Builder:
         if isinstance(event, ev.CollectionStartEvent):
             if event.tag not in _COLLECTION_TAGS:
                 raise self.fail(line, loc, f"YAML tag {event.tag} is not supported here; remove it")
-            if event.anchor:
-                self.open_anchors.add(event.anchor)
             data: Any = {} if isinstance(event, ev.MappingStartEvent) else []
             self.stack.append(_Frame(loc, data, event.anchor, line))
+            if event.anchor:
+                self.open_anchors[event.anchor] = self.stack[-1]
             return
         if isinstance(event, ev.AliasEvent):
             if event.anchor in self.open_anchors:
@@ -253,9 +254,9 @@ class _Builder:
         if tag is None or tag == "!":
             tag = _RESOLVER.resolve(yaml.ScalarNode, event.value, event.implicit)
         value = self._scalar(event, loc, line, tag)
-        if event.anchor:   # the most recent node of an anchor is the one its aliases name (YAML 1.2, 3.2.2.2)
+        if event.anchor:
             self.anchors[event.anchor] = (value, 1)
-            self.open_anchors.discard(event.anchor)
+            self.open_anchors.pop(event.anchor, None)
         self._attach(parent, value, 1, line)
 
     def _child_loc(self, parent: _Frame | None) -> Loc:
@@ -323,8 +324,8 @@ class _Builder:
                         frame.data[key] = item
                         frame.lines[key] = line
         self.doc.tables[id(frame.data)] = frame.lines
-        if frame.anchor:
-            self.open_anchors.discard(frame.anchor)
+        if frame.anchor and self.open_anchors.get(frame.anchor) is frame:   # not re-defined inside it
+            del self.open_anchors[frame.anchor]
             self.anchors[frame.anchor] = (frame.data, frame.size)
         parent = self.stack[-1] if self.stack else None
         # A collection in a mapping is located at its key, in a sequence at its first line.
