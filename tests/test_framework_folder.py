@@ -390,3 +390,17 @@ def test_a_collection_as_a_key_is_refused_with_its_line(tmp_path: Path) -> None:
         frameworks.load_row(folder)
     line = text.count("\n") + 1
     assert str(caught.value) == f"{WHERE}:{line}: not valid YAML (found unhashable key)"
+
+
+def test_a_re_defined_anchor_in_a_row_is_the_most_recent_as_in_the_matrix(tmp_path: Path) -> None:
+    """An anchor defined twice (legal YAML: an alias names the most recent node of its anchor, and matrix.yaml's
+    loader reads it so) was refused as "not valid YAML (second occurrence)", naming no anchor and no fix; now the
+    alias is the most recent node, as in matrix.yaml."""
+    folder = _folder(tmp_path)
+    row = folder / "framework.yaml"
+    text = _edit(row.read_text(), "title: FixtureFW\n", "title: &x FixtureFW\n")
+    row.write_text(_edit(text, 'gpu_count: "0"\n', 'gpu_count: &x "0"\ncuda_build: *x\n'))
+    loaded = frameworks.load_row(folder)
+    assert (loaded.title, loaded.cuda_build_expr) == ("FixtureFW", "0")
+    assert frameworks._parse_row("a: &a [&a [1], *a]\nb: *a\nc: &c [&c 2, *c]\n") == \
+        {"a": [[1], [1]], "b": [1], "c": [2, 2]}

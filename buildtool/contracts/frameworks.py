@@ -153,6 +153,8 @@ class _StrictLoader(yaml.SafeLoader):
         anchor = None if isinstance(event, yaml.AliasEvent) else event.anchor
         if anchor is not None:
             open_anchors.add(anchor)
+            # Defined again: legal YAML, the alias names the most recent node (as matrix.yaml's loader reads it).
+            self.anchors.pop(anchor, None)
         try:
             return super().compose_node(parent, index)
         finally:
