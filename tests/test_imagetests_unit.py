@@ -807,3 +807,17 @@ def test_a_pip_list_without_its_json_list_fails_naming_what_pip_printed(printed)
     listed = '{"banner": 1}\n[{"name": "Torch_TB", "version": "0.4.3"}]'
     host.run = lambda *args: SimpleNamespace(rc=0, stdout=listed, stderr="")
     assert infra.pip_list(host) == {"torch-tb": "0.4.3"}
+
+
+@pytest.mark.parametrize("value", ["", "abc", "0", "-1", "nan", "inf", "1e9"])
+def test_shm_workers_refuses_a_worker_timeout_that_is_no_bound_naming_it(tmp_path, value):
+    """$SHM_WORKER_TIMEOUT_S (which the image's own ENV may set) was read with float(): text was a ValueError
+    traceback, and 0, nan or inf a DataLoader that waits for ever (torch's timeout 0 is none), -1 torch's error;
+    now shm_workers.py exits 2 with one line naming the variable and its value, before any worker starts."""
+    env = dict(os.environ, IMAGETEST_OUT=str(tmp_path), SHM_WORKER_TIMEOUT_S=value)
+    proc = subprocess.run([sys.executable, str(TESTS_DIR / "scripts" / "shm_workers.py"), "python"], env=env,
+                          cwd=TESTS_DIR / "scripts", capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (f"shm_workers.py: SHM_WORKER_TIMEOUT_S={value!r} is not a number of seconds above 0 and "
+                           "at most 3600 (unset it for the default, 30)\n")
+    assert not (tmp_path / "result.json").exists()
