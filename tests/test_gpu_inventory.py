@@ -337,3 +337,13 @@ def test_a_row_is_read_by_the_fields_of_query_wherever_name_is(monkeypatch: pyte
     row = ", ".join(values[field] for field in query)
     assert nvidia_smi.read_rows(row + "\n") == (
         [{"index": "0", "name": "NVIDIA Example, 80GB HBM3", "driver": "570.86.15", "memory_mib": "81559"}], "")
+
+
+def test_a_gpu_index_listed_twice_is_refused_not_counted_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A --query-gpu answer listing one index twice (a broken driver or wrapper) was two GPUs, so a runner with one
+    passed for a two-GPU runner (its MIG answer for index 0 matched the set of indexes); now it has no usable GPU,
+    and why names the index."""
+    _smi(tmp_path, monkeypatch, [f"0, {H100}, 570.86.15, 81559", f"0, {H100}, 570.86.15, 81559"])
+    found = probe.gpu_inventory()
+    assert found.gpus == []
+    assert found.problem == "nvidia-smi --query-gpu lists GPU 0 twice; each GPU is one row"

@@ -64,6 +64,8 @@ def read_rows(text: str) -> tuple[list[dict[str, str]], str]:
             return [], (f"nvidia-smi lists GPU {row['index'][:20]} ({row['name'][:60]}) but reads its memory.total "
                         f"as {row['memory.total'][:60]!r}, not a number of MiB (is the nvidia-smi first on PATH "
                         "NVIDIA's own?)")
+        if any(gpu["index"] == row["index"] for gpu in found):
+            return [], f"nvidia-smi --query-gpu lists GPU {row['index'][:20]} twice; each GPU is one row"
         found.append({"index": row["index"], "name": row["name"], "driver": row["driver_version"],
                       "memory_mib": memory.group(1) if memory else row["memory.total"]})
     return found, "" if found else "nvidia-smi lists no GPU"
