@@ -139,3 +139,23 @@ def test_an_alias_is_the_most_recent_node_of_its_anchor(loader: type, text: str,
 def test_an_alias_inside_the_most_recent_node_of_its_anchor_is_refused(loader: type, text: str):
     with pytest.raises(MatrixError, match=r"alias \*a refers to a value that contains it"):
         yamlsource.parse_yaml(text, "m.yaml")
+
+
+def test_a_matrix_that_grew_past_the_bound_after_its_size_was_read_is_refused(tmp_path, monkeypatch):
+    """_read took the size from stat, then read up to MAX_BYTES + 1 bytes and never looked at how many came: a
+    file that grew past the bound in between (still being written) was parsed cut at MAX_BYTES + 1 bytes, possibly
+    as valid YAML missing its end; now that is the size refusal."""
+    monkeypatch.setattr(yamlsource, "MAX_BYTES", 1 << 20)
+    path = tmp_path / "matrix.yaml"
+    path.write_text("images: []\n")
+    small = path.stat()
+    path.write_text("images: []\n" + "# grown\n" * (1 << 17))
+
+    class Stale(type(path)):
+        def stat(self, **_: object):
+            return small
+
+    with pytest.raises(MatrixError) as caught:
+        yamlsource.load_yaml(Stale(path), "matrix.yaml")
+    assert str(caught.value) == ("matrix.yaml: grew past the 1 MiB a matrix may have while it was read (is it still "
+                                 "being written?); split it or remove generated content")

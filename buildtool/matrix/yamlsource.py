@@ -113,6 +113,9 @@ def _read(path: Path, shown: str) -> str:
             data = handle.read(MAX_BYTES + 1)
     except OSError as exc:
         raise fail(unreadable.format(exc.strerror or exc)) from None
+    if len(data) > MAX_BYTES:
+        raise fail(f"grew past the {MAX_BYTES >> 20} MiB a matrix may have while it was read (is it still being "
+                   "written?); split it or remove generated content")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
