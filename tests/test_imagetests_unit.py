@@ -821,3 +821,20 @@ def test_shm_workers_refuses_a_worker_timeout_that_is_no_bound_naming_it(tmp_pat
     assert proc.stderr == (f"shm_workers.py: SHM_WORKER_TIMEOUT_S={value!r} is not a number of seconds above 0 and "
                            "at most 3600 (unset it for the default, 30)\n")
     assert not (tmp_path / "result.json").exists()
+
+
+def test_a_probe_result_that_cannot_be_written_leaves_no_half_file(tmp_path, monkeypatch):
+    """probe_io.write dumped into OUT/<name>.tmp-<pid> and renamed it: a value JSON cannot hold (a probe's bytes or
+    set) raised half-way and left the half-written temporary file in the folder the test reads; now it is removed
+    and the error goes on to the probe."""
+    sys.path.insert(0, str(TESTS_DIR / "scripts"))
+    try:
+        import probe_io
+    finally:
+        sys.path.remove(str(TESTS_DIR / "scripts"))
+    monkeypatch.setenv("IMAGETEST_OUT", str(tmp_path))
+    with pytest.raises(TypeError):
+        probe_io.result({"ok": True, "seen": {1, 2}})
+    assert list(tmp_path.iterdir()) == []
+    probe_io.result({"ok": True})
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
