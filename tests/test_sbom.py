@@ -663,3 +663,21 @@ def test_one_package_at_two_versions_is_named_not_one_kept(purls: tuple[str, ...
     assert sbom.shape_problem(_cdx(*purls)) == problem
     assert sbom.shape_problem(_cdx("pkg:pypi/NumPy@2.0.1", "pkg:pypi/numpy@2.0.1")) == ""
     assert sbom.contents(_cdx("pkg:pypi/NumPy@2.0.1", "pkg:pypi/numpy@2.0.1")).python == {"numpy": "2.0.1"}
+
+
+@pytest.mark.parametrize("version", [f"{DIGEST}\nresult: passed", "sha256:" + "b" * 5000, {"digest": DIGEST}])
+def test_a_stored_sbom_describing_another_image_is_named_in_one_bounded_line(monkeypatch, version):
+    """The plain SBOM artifact is anyone's who may push: the version it describes went into the refusal as written,
+    so a newline in it forged a line of the log below it and 5,000 characters made the message 5,000 longer; now it
+    is shown as a bounded repr, on one line."""
+    from buildtool.attest import referrers
+    from buildtool.registry.client import RegistryError
+
+    document = {"bomFormat": "CycloneDX", "specVersion": "1.6", "metadata": {"component": {"version": version}}}
+    referrer = referrers.Referrer(digest="sha256:" + "a" * 64, artifact_type=sbom.SBOM_TYPE, size=1)
+    monkeypatch.setattr(referrers, "referrers", lambda client, repo, digest, kind: [referrer])
+    monkeypatch.setattr(referrers, "fetch", lambda client, repo, ref, digest: [
+        referrers.Payload(sbom.SBOM_TYPE, json.dumps(document).encode())])
+    with pytest.raises(RegistryError) as refused:
+        sbom.load_sbom(None, "r/a", DIGEST)  # type: ignore[arg-type]
+    assert str(refused.value) == f"SBOM {referrer.digest} describes {repr(version)[:100]}, not {DIGEST}"

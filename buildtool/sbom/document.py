@@ -430,7 +430,7 @@ def load_sbom(client: RegistryClient, repo: str, digest: str) -> tuple[dict[str,
                 raise RegistryError(f"SBOM {referrer.digest} of {repo}@{digest} is not a CycloneDX JSON document") \
                     from None
             if version != digest:
-                raise RegistryError(f"SBOM {referrer.digest} describes {version}, not {digest}")
+                raise RegistryError(f"SBOM {referrer.digest} describes {repr(version)[:100]}, not {digest}")
             problem = shape_problem(document)
             if problem:
                 raise RegistryError(f"SBOM {referrer.digest} of {repo}@{digest} is malformed: {problem}")
