@@ -159,3 +159,14 @@ def test_a_matrix_that_grew_past_the_bound_after_its_size_was_read_is_refused(tm
         yamlsource.load_yaml(Stale(path), "matrix.yaml")
     assert str(caught.value) == ("matrix.yaml: grew past the 1 MiB a matrix may have while it was read (is it still "
                                  "being written?); split it or remove generated content")
+
+
+@pytest.mark.parametrize(("text", "line"), [("!!python/name:os.system x: 1\n", 1), ("a:\n  !!int 1: x\n", 2),
+                                            ("a: {!!binary aGk=: 1}\n", 1)])
+def test_a_tagged_key_is_refused_as_a_tagged_value_is(loader: type, text: str, line: int):
+    """A key's YAML tag was dropped without a word (`!!python/name:os.system x` read as the key 'x', `!!int 1` as
+    '1'), where a value's is refused; now a key's is refused too, at its line (`!!str` is a string's own tag)."""
+    with pytest.raises(MatrixError) as caught:
+        yamlsource.parse_yaml(text, "m.yaml")
+    assert caught.value.line == line and "keys must be plain strings (no tags" in str(caught.value)
+    assert yamlsource.parse_yaml("a:\n  !!str b: 1\n", "m.yaml").data == {"a": {"b": 1}}

@@ -187,7 +187,7 @@ class _Builder:
                 key = top.key
                 if top.is_map and key is None:
                     key = event.value
-                    if key in top.data or key in top.lines or key == "<<" or event.anchor:
+                    if key in top.data or key in top.lines or key == "<<" or event.anchor or event.tag:
                         self._key(top, event, line)
                     else:
                         top.key, top.key_line = key, line
@@ -270,8 +270,8 @@ class _Builder:
         return (*parent.loc, len(parent.data))
 
     def _key(self, parent: _Frame, event: Any, line: int) -> None:
-        if not isinstance(event, ev.ScalarEvent) or event.anchor:
-            raise self.fail(line, parent.loc, "keys must be plain strings (no anchors, aliases or collections)")
+        if not isinstance(event, ev.ScalarEvent) or event.anchor or event.tag not in (None, "!", _STR_TAG):
+            raise self.fail(line, parent.loc, "keys must be plain strings (no tags, anchors, aliases or collections)")
         key = event.value
         if key == "<<" and event.implicit[0] and _RESOLVER.resolve(yaml.ScalarNode, key, event.implicit) == _MERGE_TAG:
             parent.key, parent.key_line, parent.merging = "<<", line, True
