@@ -838,3 +838,16 @@ def test_a_probe_result_that_cannot_be_written_leaves_no_half_file(tmp_path, mon
     assert list(tmp_path.iterdir()) == []
     probe_io.result({"ok": True})
     assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+@pytest.mark.parametrize("record", [[0], "done", {"rc": 0, "seconds": "abc"}, {"rc": 0, "cpu_s": [1]},
+                                    {"rc": 0, "read_bytes": "1.5"}])
+def test_a_garbled_exit_record_is_named_not_a_traceback(tmp_path, record):
+    """exit.json, written in the image under test by the supervisor with the image's own Python, was trusted to be an
+    object of numbers: a list was an AttributeError, a text `seconds` a ValueError, a traceback in the test instead of
+    its cause; now the probe did not end well, and its error names the record."""
+    (tmp_path / "exit.json").write_text(json.dumps(record))
+    probe = harness.Probe(step="list the packages", argv=["python3", "x.py"])
+    assert probe.read_record(tmp_path)
+    assert not probe.ok and probe.rc is None
+    assert probe.error == f"the supervisor's exit.json is no record of how the probe ended: {json.dumps(record)}"
