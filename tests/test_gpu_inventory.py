@@ -347,3 +347,14 @@ def test_a_gpu_index_listed_twice_is_refused_not_counted_twice(tmp_path: Path, m
     found = probe.gpu_inventory()
     assert found.gpus == []
     assert found.problem == "nvidia-smi --query-gpu lists GPU 0 twice; each GPU is one row"
+
+
+def test_a_mig_mode_listed_twice_for_one_gpu_is_refused_not_the_last_kept(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MIG answer listing one GPU twice ("0, Enabled" then "0, Disabled") kept the last mode read, so a GPU in
+    MIG mode passed for a whole one; now whether MIG is on is unknown, and why names the GPU."""
+    _smi(tmp_path, monkeypatch, [f"0, {H100}, 570.86.15, 81559"], modes=["0, Enabled", "0, Disabled"])
+    found = probe.gpu_inventory()
+    assert found.gpus == []
+    assert found.problem == ("nvidia-smi --query-gpu=index,mig.mode.current lists GPU 0 twice, so whether MIG is on "
+                             "is unknown")

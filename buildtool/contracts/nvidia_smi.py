@@ -121,6 +121,8 @@ def mig_problem(found: list[dict[str, str]]) -> str:
         parts = [p.strip() for p in line.split(",")]
         if not _is_mig_row(line):
             return f"{ask} printed {line.strip()[:200]!r}, not a GPU's {', '.join(MIG_QUERY)}"
+        if parts[0] in modes:
+            return f"{ask} lists GPU {parts[0][:20]} twice, so whether MIG is on is unknown"
         modes[parts[0]] = parts[1]
     names = {gpu["index"]: gpu["name"] for gpu in found}
     if set(modes) != set(names):
