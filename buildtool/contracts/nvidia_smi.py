@@ -48,7 +48,7 @@ def gpus() -> tuple[list[dict[str, str]], str]:
 
 def read_rows(text: str) -> tuple[list[dict[str, str]], str]:
     """The GPUs of a `--query-gpu=QUERY --format=csv,noheader,nounits` answer, or [] and why it lists no usable one."""
-    found = []
+    found: list[dict[str, str]] = []
     for line in text.strip().splitlines():
         if not is_row(line):
             # Not one GPU's fields (a lost GPU's "Unable to determine the device handle ...", a warning): never
