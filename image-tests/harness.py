@@ -251,11 +251,16 @@ class Probe:
         record = _json(host_dir / "exit.json")
         if record is None:
             return False
+        try:   # written in the image under test, by its own Python: an object of numbers, or named
+            seconds, cpu_s = float(record.get("seconds") or self.seconds), float(record.get("cpu_s") or 0)
+            read_bytes = int(record.get("read_bytes") or 0)
+        except (AttributeError, TypeError, ValueError):
+            self.error = f"the supervisor's exit.json is no record of how the probe ended: {json.dumps(record)[:200]}"
+            return True
         self.rc, self.signal = record.get("rc"), record.get("signal")
         self.stalled, self.timed_out = bool(record.get("stalled")), bool(record.get("timed_out"))
         self.not_found = bool(record.get("not_found"))
-        self.seconds = float(record.get("seconds") or self.seconds)
-        self.cpu_s, self.read_bytes = float(record.get("cpu_s") or 0), int(record.get("read_bytes") or 0)
+        self.seconds, self.cpu_s, self.read_bytes = seconds, cpu_s, read_bytes
         self.error = record.get("error") or ""
         return True
 

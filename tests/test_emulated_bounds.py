@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from buildtool.contracts import platforms
 from buildtool.validate.containers import Resolved
 from buildtool.validate.options import Options
@@ -75,3 +77,18 @@ def test_tb_query_stretches_its_wait_for_tensorboard_by_the_slowdown(tmp_path: P
     assert native["started"] is False and "did not answer within 1s of starting" in native["error"]
     emulated = _query(tmp_path, "8")
     assert emulated["started"] is True and emulated["plugins"] == {}
+
+
+@pytest.mark.parametrize("value", ["", "abc", "0", "-1", "1.5", "8\n", "\u0668", "101"])
+def test_tb_query_refuses_a_slowdown_that_is_no_factor_naming_it(tmp_path: Path, value: str) -> None:
+    """$IMAGETEST_SLOWDOWN garbage was a ValueError traceback ("abc", "1.5"), a wait of no time or a negative one
+    ("0", "-1": every bound multiplied by it), or 1 ("" read as unset); now tb_query exits 2 with one line naming
+    the variable and its value."""
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    env.update(IMAGETEST_OUT=str(tmp_path), IMAGETEST_SLOWDOWN=value)
+    proc = subprocess.run([sys.executable, str(TB_QUERY), "--logdir", str(tmp_path / "logs"), "--mode", "listing",
+                           "--timeout", "1"], env=env, cwd=TB_QUERY.parent, capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (f"tb_query.py: IMAGETEST_SLOWDOWN={value!r} is not a whole number from 1 to 100 (how many "
+                           "times slower than native the image runs; the harness sets it from the target's slowdown)\n")
+    assert not (tmp_path / "result.json").exists()

@@ -359,3 +359,48 @@ def test_a_recursive_alias_in_a_row_is_named_at_its_line(tmp_path: Path) -> None
         frameworks.load_row(folder)
     assert str(caught.value) == (f"{WHERE}:{line}: not valid YAML (alias *d refers to a value that contains it; "
                                  "a value cannot include itself)")
+
+
+def test_a_merge_key_in_a_row_merges_as_in_the_matrix(tmp_path: Path) -> None:
+    """A YAML merge key (`<<: {...}`, `<<: *m`), which matrix.yaml's loader merges, was refused in a framework.yaml
+    as "not valid YAML (could not determine a constructor for the tag 'tag:yaml.org,2002:merge')" (the duplicate-key
+    check constructed the `<<` key); now it merges there too, the keys written beside it winning."""
+    folder = _folder(tmp_path)
+    row = folder / "framework.yaml"
+    row.write_text(_edit(row.read_text(), "title: FixtureFW\n",
+                         "title: FixtureFW\n<<: {title: Merged, cuda_build: \"'12.8'\"}\n"))
+    loaded = frameworks.load_row(folder)
+    assert (loaded.title, loaded.cuda_build_expr) == ("FixtureFW", "'12.8'")
+    row.write_text(row.read_text() + "module: yaml\n")
+    with pytest.raises(frameworks.TableError, match=r"framework\.yaml:\d+: not valid YAML \(duplicate key 'module'\)"):
+        frameworks.load_row(folder)
+    # A merged mapping that merges another and overrides its key is no duplicate, wherever it is aliased again.
+    assert frameworks._parse_row("y: &y {k: 0}\nc: {<<: &x {<<: *y, k: 1}}\nd: *x\n") == \
+        {"y": {"k": 0}, "c": {"k": 1}, "d": {"k": 1}}
+
+
+def test_a_collection_as_a_key_is_refused_with_its_line(tmp_path: Path) -> None:
+    """A collection written as a key (`? [a]`) went into the duplicate-key check's set: a TypeError traceback
+    (unhashable type: 'list'); now it is the one-line refusal PyYAML gives it, at its line."""
+    folder = _folder(tmp_path)
+    row = folder / "framework.yaml"
+    text = row.read_text()
+    row.write_text(text + "? [a]\n: 1\n")
+    with pytest.raises(frameworks.TableError) as caught:
+        frameworks.load_row(folder)
+    line = text.count("\n") + 1
+    assert str(caught.value) == f"{WHERE}:{line}: not valid YAML (found unhashable key)"
+
+
+def test_a_re_defined_anchor_in_a_row_is_the_most_recent_as_in_the_matrix(tmp_path: Path) -> None:
+    """An anchor defined twice (legal YAML: an alias names the most recent node of its anchor, and matrix.yaml's
+    loader reads it so) was refused as "not valid YAML (second occurrence)", naming no anchor and no fix; now the
+    alias is the most recent node, as in matrix.yaml."""
+    folder = _folder(tmp_path)
+    row = folder / "framework.yaml"
+    text = _edit(row.read_text(), "title: FixtureFW\n", "title: &x FixtureFW\n")
+    row.write_text(_edit(text, 'gpu_count: "0"\n', 'gpu_count: &x "0"\ncuda_build: *x\n'))
+    loaded = frameworks.load_row(folder)
+    assert (loaded.title, loaded.cuda_build_expr) == ("FixtureFW", "0")
+    assert frameworks._parse_row("a: &a [&a [1], *a]\nb: *a\nc: &c [&c 2, *c]\n") == \
+        {"a": [[1], [1]], "b": [1], "c": [2, 2]}

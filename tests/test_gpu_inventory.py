@@ -297,3 +297,64 @@ def test_a_failing_nvidia_smi_that_printed_only_rows_names_no_row_as_its_cause(
     _smi(tmp_path, monkeypatch, [f"0, {H100}, 570.86.15, 81559"], rc=15)
     found = probe.gpu_inventory()
     assert found.gpus == [] and found.problem == "nvidia-smi failed (exit 15): no error message"
+
+
+@pytest.mark.parametrize(("memory", "mib"), [("81559", 81559), ("81559 MiB", 81559), ("[N/A]", None)])
+def test_memory_with_its_unit_is_read_not_taken_as_unknown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          memory: str, mib: int | None) -> None:
+    """memory.total as nvidia-smi prints it without `nounits` (`81559 MiB`) was read as unknown memory, silently;
+    now its MiB are read (and [N/A], a GPU without its own memory, stays unknown)."""
+    _smi(tmp_path, monkeypatch, [f"0, {H100}, 570.86.15, {memory}"])
+    found = probe.gpu_inventory()
+    assert [(g.name, g.memory_mib) for g in found.gpus] == [(H100, mib)] and found.problem == ""
+
+
+@pytest.mark.parametrize("memory", ["80 GB", "abc", "", "\u00b2", "-1", "81559 MiB extra"])
+def test_memory_that_is_no_number_of_mib_is_refused_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             memory: str) -> None:
+    """A memory.total that is no number of MiB (`80 GB`, text) was read as unknown memory, silently (`²` passed
+    isdigit and was a ValueError traceback); now the runner has no usable GPU, and why names the GPU and value."""
+    _smi(tmp_path, monkeypatch, [f"0, {H100}, 570.86.15, {memory}"])
+    found = probe.gpu_inventory()
+    assert found.gpus == []
+    assert found.problem == (f"nvidia-smi lists GPU 0 ({H100}) but reads its memory.total as {memory!r}, not a number "
+                             "of MiB (is the nvidia-smi first on PATH NVIDIA's own?)")
+
+
+@pytest.mark.parametrize("query", [("index", "name", "pci.bus_id", "driver_version", "memory.total"),
+                                   ("index", "name", "driver_version", "memory.total", "pci.bus_id"),
+                                   ("index", "pci.bus_id", "name", "driver_version", "memory.total")])
+def test_a_row_is_read_by_the_fields_of_query_wherever_name_is(monkeypatch: pytest.MonkeyPatch,
+                                                              query: tuple[str, ...]) -> None:
+    """_fields split a row's last fields off with a literal rsplit(",", 2) and read_rows took them by position: a
+    QUERY with another field gave a name holding it and a driver or memory of another field, silently; now the
+    name's commas are found from QUERY's place of `name` and every value is taken by its field."""
+    from buildtool.contracts import nvidia_smi
+
+    monkeypatch.setattr(nvidia_smi, "QUERY", query)
+    values = {"index": "0", "name": "NVIDIA Example, 80GB HBM3", "pci.bus_id": "00000000:3B:00.0",
+              "driver_version": "570.86.15", "memory.total": "81559"}
+    row = ", ".join(values[field] for field in query)
+    assert nvidia_smi.read_rows(row + "\n") == (
+        [{"index": "0", "name": "NVIDIA Example, 80GB HBM3", "driver": "570.86.15", "memory_mib": "81559"}], "")
+
+
+def test_a_gpu_index_listed_twice_is_refused_not_counted_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A --query-gpu answer listing one index twice (a broken driver or wrapper) was two GPUs, so a runner with one
+    passed for a two-GPU runner (its MIG answer for index 0 matched the set of indexes); now it has no usable GPU,
+    and why names the index."""
+    _smi(tmp_path, monkeypatch, [f"0, {H100}, 570.86.15, 81559", f"0, {H100}, 570.86.15, 81559"])
+    found = probe.gpu_inventory()
+    assert found.gpus == []
+    assert found.problem == "nvidia-smi --query-gpu lists GPU 0 twice; each GPU is one row"
+
+
+def test_a_mig_mode_listed_twice_for_one_gpu_is_refused_not_the_last_kept(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MIG answer listing one GPU twice ("0, Enabled" then "0, Disabled") kept the last mode read, so a GPU in
+    MIG mode passed for a whole one; now whether MIG is on is unknown, and why names the GPU."""
+    _smi(tmp_path, monkeypatch, [f"0, {H100}, 570.86.15, 81559"], modes=["0, Enabled", "0, Disabled"])
+    found = probe.gpu_inventory()
+    assert found.gpus == []
+    assert found.problem == ("nvidia-smi --query-gpu=index,mig.mode.current lists GPU 0 twice, so whether MIG is on "
+                             "is unknown")

@@ -807,3 +807,47 @@ def test_a_pip_list_without_its_json_list_fails_naming_what_pip_printed(printed)
     listed = '{"banner": 1}\n[{"name": "Torch_TB", "version": "0.4.3"}]'
     host.run = lambda *args: SimpleNamespace(rc=0, stdout=listed, stderr="")
     assert infra.pip_list(host) == {"torch-tb": "0.4.3"}
+
+
+@pytest.mark.parametrize("value", ["", "abc", "0", "-1", "nan", "inf", "1e9"])
+def test_shm_workers_refuses_a_worker_timeout_that_is_no_bound_naming_it(tmp_path, value):
+    """$SHM_WORKER_TIMEOUT_S (which the image's own ENV may set) was read with float(): text was a ValueError
+    traceback, and 0, nan or inf a DataLoader that waits for ever (torch's timeout 0 is none), -1 torch's error;
+    now shm_workers.py exits 2 with one line naming the variable and its value, before any worker starts."""
+    env = dict(os.environ, IMAGETEST_OUT=str(tmp_path), SHM_WORKER_TIMEOUT_S=value)
+    proc = subprocess.run([sys.executable, str(TESTS_DIR / "scripts" / "shm_workers.py"), "python"], env=env,
+                          cwd=TESTS_DIR / "scripts", capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (f"shm_workers.py: SHM_WORKER_TIMEOUT_S={value!r} is not a number of seconds above 0 and "
+                           "at most 3600 (unset it for the default, 30)\n")
+    assert not (tmp_path / "result.json").exists()
+
+
+def test_a_probe_result_that_cannot_be_written_leaves_no_half_file(tmp_path, monkeypatch):
+    """probe_io.write dumped into OUT/<name>.tmp-<pid> and renamed it: a value JSON cannot hold (a probe's bytes or
+    set) raised half-way and left the half-written temporary file in the folder the test reads; now it is removed
+    and the error goes on to the probe."""
+    sys.path.insert(0, str(TESTS_DIR / "scripts"))
+    try:
+        import probe_io
+    finally:
+        sys.path.remove(str(TESTS_DIR / "scripts"))
+    monkeypatch.setenv("IMAGETEST_OUT", str(tmp_path))
+    with pytest.raises(TypeError):
+        probe_io.result({"ok": True, "seen": {1, 2}})
+    assert list(tmp_path.iterdir()) == []
+    probe_io.result({"ok": True})
+    assert [p.name for p in tmp_path.iterdir()] == ["result.json"]
+
+
+@pytest.mark.parametrize("record", [[0], "done", {"rc": 0, "seconds": "abc"}, {"rc": 0, "cpu_s": [1]},
+                                    {"rc": 0, "read_bytes": "1.5"}])
+def test_a_garbled_exit_record_is_named_not_a_traceback(tmp_path, record):
+    """exit.json, written in the image under test by the supervisor with the image's own Python, was trusted to be an
+    object of numbers: a list was an AttributeError, a text `seconds` a ValueError, a traceback in the test instead of
+    its cause; now the probe did not end well, and its error names the record."""
+    (tmp_path / "exit.json").write_text(json.dumps(record))
+    probe = harness.Probe(step="list the packages", argv=["python3", "x.py"])
+    assert probe.read_record(tmp_path)
+    assert not probe.ok and probe.rc is None
+    assert probe.error == f"the supervisor's exit.json is no record of how the probe ended: {json.dumps(record)}"

@@ -634,3 +634,50 @@ def test_a_component_whose_purl_does_not_parse_is_named_not_left_out_of_the_cont
     document = _cdx("pkg:pypi/torch@2.13.0", "pkg:pypi/@1")
     assert sbom.shape_problem(document) == "components[1].purl 'pkg:pypi/@1' is not a package URL"
     assert sbom.shape_problem(_cdx("pkg:pypi/torch@2.13.0", "")) == ""   # no purl: a component of another kind
+
+
+def test_a_debian_purl_without_arch_is_keyed_by_its_name():
+    """Another tool's Debian purl without an `arch` qualifier beside one with it was keyed `libc6:` (an empty
+    architecture) and `libc6:amd64`, two packages of one; a purl without arch now counts no architecture: its key is
+    the name, one package with the arch'd one at the same version, apart from a multi-arch pair."""
+    found = sbom.contents(_cdx("pkg:deb/debian/libc6@2.36-9", "pkg:deb/debian/libc6@2.36-9?arch=amd64",
+                               "pkg:deb/debian/zlib1g@1.2", "pkg:deb/debian/bash@5.2?arch=amd64",
+                               "pkg:deb/debian/libgcc-s1@12?arch=amd64", "pkg:deb/debian/libgcc-s1@12?arch=i386",
+                               "pkg:deb/debian/libgcc-s1@12"))
+    assert found.apt == {"bash": "5.2", "libc6": "2.36-9", "libgcc-s1": "12", "libgcc-s1:amd64": "12",
+                         "libgcc-s1:i386": "12", "zlib1g": "1.2"}
+
+
+@pytest.mark.parametrize(("purls", "problem"), [
+    (("pkg:pypi/torch@2.13.0", "pkg:pypi/NumPy@2.0.1", "pkg:pypi/numpy@1.26.4"),
+     "components[1].purl 'pkg:pypi/NumPy@2.0.1' and components[2].purl 'pkg:pypi/numpy@1.26.4' are one package "
+     "(python numpy) at two versions; a listing holds one version of each"),
+    (("pkg:deb/debian/libc6@2.36-10?arch=amd64", "pkg:deb/debian/libc6@2.36-9"),
+     "components[0].purl 'pkg:deb/debian/libc6@2.36-10?arch=amd64' and components[1].purl "
+     "'pkg:deb/debian/libc6@2.36-9' are one package (apt libc6) at two versions; a listing holds one version of each"),
+])
+def test_one_package_at_two_versions_is_named_not_one_kept(purls: tuple[str, ...], problem: str):
+    """Two components of one package (one PEP 503 Python name; one Debian name and architecture) at two versions
+    kept the last read, silently, so a diff or release notes showed one of them; shape_problem now names both, so
+    their readers refuse the document. One listed twice at one version is one package."""
+    assert sbom.shape_problem(_cdx(*purls)) == problem
+    assert sbom.shape_problem(_cdx("pkg:pypi/NumPy@2.0.1", "pkg:pypi/numpy@2.0.1")) == ""
+    assert sbom.contents(_cdx("pkg:pypi/NumPy@2.0.1", "pkg:pypi/numpy@2.0.1")).python == {"numpy": "2.0.1"}
+
+
+@pytest.mark.parametrize("version", [f"{DIGEST}\nresult: passed", "sha256:" + "b" * 5000, {"digest": DIGEST}])
+def test_a_stored_sbom_describing_another_image_is_named_in_one_bounded_line(monkeypatch, version):
+    """The plain SBOM artifact is anyone's who may push: the version it describes went into the refusal as written,
+    so a newline in it forged a line of the log below it and 5,000 characters made the message 5,000 longer; now it
+    is shown as a bounded repr, on one line."""
+    from buildtool.attest import referrers
+    from buildtool.registry.client import RegistryError
+
+    document = {"bomFormat": "CycloneDX", "specVersion": "1.6", "metadata": {"component": {"version": version}}}
+    referrer = referrers.Referrer(digest="sha256:" + "a" * 64, artifact_type=sbom.SBOM_TYPE, size=1)
+    monkeypatch.setattr(referrers, "referrers", lambda client, repo, digest, kind: [referrer])
+    monkeypatch.setattr(referrers, "fetch", lambda client, repo, ref, digest: [
+        referrers.Payload(sbom.SBOM_TYPE, json.dumps(document).encode())])
+    with pytest.raises(RegistryError) as refused:
+        sbom.load_sbom(None, "r/a", DIGEST)  # type: ignore[arg-type]
+    assert str(refused.value) == f"SBOM {referrer.digest} describes {repr(version)[:100]}, not {DIGEST}"

@@ -207,3 +207,18 @@ def test_a_standin_flag_as_the_builder_writes_it_or_none_reads_the_same_everywhe
     labels = {label_keys.STANDIN_FRAMEWORK: "2.13.0+cpu", **({} if flag is None else {label_keys.STANDIN: flag})}
     assert expectations(cell_of(matrix, "pytorch-ngc:25.10"), labels)["standin"] is standin
     assert bool(ImageLabels.parse(labels).standin) is standin
+
+
+def test_a_run_profile_labels_shm_size_is_logged_on_one_bounded_line(matrix):
+    """The image's run-profile label is anyone's who may push, and its shm_size was logged as written: a newline in it
+    forged a line of validate's log (`result: passed`), and its length had no bound; now it is one line of at most
+    40 characters (an ordinary value shown as before)."""
+    lines: list[str] = []
+    cpu = cell_of(matrix, "pytorch-cpu:2.13")
+    forged = '{"shm_size": "4g\\nresult: passed' + "x" * 100 + '"}'
+    run_flags(cpu, {label_keys.RUN_PROFILE: forged}, [], lines.append)
+    run_flags(cpu, {label_keys.RUN_PROFILE: '{"shm_size": "4g"}'}, [], lines.append)
+    assert lines == ["note: the image was built with run profile shm_size=4g result: passed" + "x" * 23
+                     + ", the matrix now says 8g; testing the matrix's",
+                     "note: the image was built with run profile shm_size=4g, the matrix now says 8g; testing the "
+                     "matrix's"]

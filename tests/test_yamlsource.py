@@ -118,3 +118,55 @@ def test_alias_expansion_is_bounded(loader: type):
     # Well under the bound, aliases are ordinary YAML.
     small = "a: &a [1, 2, 3]\nb: [*a, *a, *a]\n"
     assert yamlsource.parse_yaml(small, "m.yaml").data["b"] == [[1, 2, 3]] * 3
+
+
+@pytest.mark.parametrize(("text", "data"), [
+    ("a: &x 1\nb: &x 2\nc: *x\n", {"a": 1, "b": 2, "c": 2}),
+    ("a: &a [&a 1, *a]\n", {"a": [1, 1]}),
+    ("a: &a [&a [1], *a]\nb: *a\n", {"a": [[1], [1]], "b": [1]}),    # the inner &a is the later one
+    ("a: &a [&a 1]\nb: *a\n", {"a": [1], "b": 1}),
+    ("a: &a {b: &a x, c: *a}\n", {"a": {"b": "x", "c": "x"}}),
+])
+def test_an_alias_is_the_most_recent_node_of_its_anchor(loader: type, text: str, data: dict):
+    """YAML 1.2 (3.2.2.2): an anchor may be defined again, and an alias refers to the most recent preceding node of
+    its anchor. `&a [&a 1, *a]` was refused as an alias inside the value it refers to (the outer list), though *a
+    is the inner `&a 1`; and once the outer closed, *a named it again, not the inner and later `&a` (ruamel.yaml
+    reads both so). A re-defined anchor stays allowed (PyYAML's composer alone refuses it)."""
+    assert yamlsource.parse_yaml(text, "m.yaml").data == data
+
+
+@pytest.mark.parametrize("text", ["a: &a [&a [*a]]\n", "x: &a 1\na: &a [*a]\n", "a: &a [&a 1, &a [*a]]\n"])
+def test_an_alias_inside_the_most_recent_node_of_its_anchor_is_refused(loader: type, text: str):
+    with pytest.raises(MatrixError, match=r"alias \*a refers to a value that contains it"):
+        yamlsource.parse_yaml(text, "m.yaml")
+
+
+def test_a_matrix_that_grew_past_the_bound_after_its_size_was_read_is_refused(tmp_path, monkeypatch):
+    """_read took the size from stat, then read up to MAX_BYTES + 1 bytes and never looked at how many came: a
+    file that grew past the bound in between (still being written) was parsed cut at MAX_BYTES + 1 bytes, possibly
+    as valid YAML missing its end; now that is the size refusal."""
+    monkeypatch.setattr(yamlsource, "MAX_BYTES", 1 << 20)
+    path = tmp_path / "matrix.yaml"
+    path.write_text("images: []\n")
+    small = path.stat()
+    path.write_text("images: []\n" + "# grown\n" * (1 << 17))
+
+    class Stale(type(path)):
+        def stat(self, **_: object):
+            return small
+
+    with pytest.raises(MatrixError) as caught:
+        yamlsource.load_yaml(Stale(path), "matrix.yaml")
+    assert str(caught.value) == ("matrix.yaml: grew past the 1 MiB a matrix may have while it was read (is it still "
+                                 "being written?); split it or remove generated content")
+
+
+@pytest.mark.parametrize(("text", "line"), [("!!python/name:os.system x: 1\n", 1), ("a:\n  !!int 1: x\n", 2),
+                                            ("a: {!!binary aGk=: 1}\n", 1)])
+def test_a_tagged_key_is_refused_as_a_tagged_value_is(loader: type, text: str, line: int):
+    """A key's YAML tag was dropped without a word (`!!python/name:os.system x` read as the key 'x', `!!int 1` as
+    '1'), where a value's is refused; now a key's is refused too, at its line (`!!str` is a string's own tag)."""
+    with pytest.raises(MatrixError) as caught:
+        yamlsource.parse_yaml(text, "m.yaml")
+    assert caught.value.line == line and "keys must be plain strings (no tags" in str(caught.value)
+    assert yamlsource.parse_yaml("a:\n  !!str b: 1\n", "m.yaml").data == {"a": {"b": 1}}

@@ -34,7 +34,7 @@ from __future__ import annotations
 import copy
 import functools
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -140,16 +140,6 @@ def _row_model() -> Any:
     return Row
 
 
-def _no_duplicate_keys(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        seen.add(key)
-    return loader.construct_mapping(node)
-
-
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses a duplicate key, and an alias inside the collection its anchor names (SafeLoader
     builds a value that contains itself, refused later with no word of the alias)."""
@@ -163,14 +153,29 @@ class _StrictLoader(yaml.SafeLoader):
         anchor = None if isinstance(event, yaml.AliasEvent) else event.anchor
         if anchor is not None:
             open_anchors.add(anchor)
+            # Defined again: legal YAML, the alias names the most recent node (as matrix.yaml's loader reads it).
+            self.anchors.pop(anchor, None)
         try:
             return super().compose_node(parent, index)
         finally:
             if anchor is not None:
                 open_anchors.discard(anchor)
 
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicate_keys)
+    def flatten_mapping(self, node: Any) -> None:
+        """Refuse a key written twice in `node`, before its merge keys (`<<`, merged as in matrix.yaml) add theirs:
+        once per node, as flattening a merged mapping adds keys that its own may override."""
+        if not getattr(node, "keys_checked", False):
+            node.keys_checked, seen = True, set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node)
+                if not isinstance(key, Hashable):   # construct_mapping refuses it, naming it
+                    continue
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+        super().flatten_mapping(node)
 
 
 @functools.lru_cache(maxsize=64)

@@ -5,6 +5,7 @@ runner's own Python: standard library only, Python 3.9 syntax.
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 TIMEOUT_S = 30
@@ -47,17 +48,26 @@ def gpus() -> tuple[list[dict[str, str]], str]:
 
 def read_rows(text: str) -> tuple[list[dict[str, str]], str]:
     """The GPUs of a `--query-gpu=QUERY --format=csv,noheader,nounits` answer, or [] and why it lists no usable one."""
-    found = []
+    found: list[dict[str, str]] = []
     for line in text.strip().splitlines():
         if not is_row(line):
             # Not one GPU's fields (a lost GPU's "Unable to determine the device handle ...", a warning): never
             # skipped, or the GPUs listed would pass for all of the runner's.
             return [], f"nvidia-smi --query-gpu printed {line.strip()[:200]!r}, not a GPU's {', '.join(QUERY)}"
-        parts = _fields(line)
-        broken = _broken_field(parts)
+        row = dict(zip(QUERY, _fields(line)))  # noqa: B905 (is_row: as many; zip's strict is Python 3.10's)
+        broken = _broken_field(row)
         if broken:
             return [], broken
-        found.append({"index": parts[0], "name": parts[1], "driver": parts[2], "memory_mib": parts[3]})
+        # MiB, as `nounits` prints it or with its unit (without nounits): nothing else is silently unknown memory.
+        memory = re.fullmatch(r"([0-9]+)(?: MiB)?", row["memory.total"])
+        if memory is None and row["memory.total"] not in NO_VALUE:
+            return [], (f"nvidia-smi lists GPU {row['index'][:20]} ({row['name'][:60]}) but reads its memory.total "
+                        f"as {row['memory.total'][:60]!r}, not a number of MiB (is the nvidia-smi first on PATH "
+                        "NVIDIA's own?)")
+        if any(gpu["index"] == row["index"] for gpu in found):
+            return [], f"nvidia-smi --query-gpu lists GPU {row['index'][:20]} twice; each GPU is one row"
+        found.append({"index": row["index"], "name": row["name"], "driver": row["driver_version"],
+                      "memory_mib": memory.group(1) if memory else row["memory.total"]})
     return found, "" if found else "nvidia-smi lists no GPU"
 
 
@@ -69,9 +79,11 @@ def is_row(line: str) -> bool:
 
 
 def _fields(line: str) -> list[str]:
-    """A row's QUERY values: the index first, driver_version and memory.total last, the name all between."""
-    index, rest = line.split(",", 1)
-    return [p.strip() for p in (index, *rest.rsplit(",", 2))]
+    """A row's QUERY values, in QUERY's order: the commas past QUERY's count are the name's (the one field that may
+    hold one), wherever QUERY puts it."""
+    parts, at = line.split(","), QUERY.index("name")
+    end = at + 1 + len(parts) - len(QUERY)
+    return [p.strip() for p in (*parts[:at], ",".join(parts[at:end]), *parts[end:])]
 
 
 def _is_mig_row(line: str) -> bool:
@@ -81,13 +93,13 @@ def _is_mig_row(line: str) -> bool:
     return len(parts) == len(MIG_QUERY) and parts[0].strip().isdigit()
 
 
-def _broken_field(parts: list[str]) -> str:
+def _broken_field(row: dict[str, str]) -> str:
     """Why a GPU row of nvidia-smi's --query-gpu answer is no usable GPU (a field it could not read), or ""."""
-    for field, value in zip(QUERY, parts):  # noqa: B905 (is_row: as many; zip's strict is Python 3.10's)
+    for field, value in row.items():
         error = value.startswith("[") and value.endswith("]") and value not in NO_VALUE
         if error or value == "ERR!" or (field == "name" and value in ("", *NO_VALUE)):
-            return (f"nvidia-smi lists GPU {parts[0][:20]} ({parts[1][:60]}) but reads its {field} as {value[:60]!r} "
-                    f"(a GPU NVML cannot read is no usable GPU; {UNREADABLE_FIX})")
+            return (f"nvidia-smi lists GPU {row['index'][:20]} ({row['name'][:60]}) but reads its {field} as "
+                    f"{value[:60]!r} (a GPU NVML cannot read is no usable GPU; {UNREADABLE_FIX})")
     return ""
 
 
@@ -109,6 +121,8 @@ def mig_problem(found: list[dict[str, str]]) -> str:
         parts = [p.strip() for p in line.split(",")]
         if not _is_mig_row(line):
             return f"{ask} printed {line.strip()[:200]!r}, not a GPU's {', '.join(MIG_QUERY)}"
+        if parts[0] in modes:
+            return f"{ask} lists GPU {parts[0][:20]} twice, so whether MIG is on is unknown"
         modes[parts[0]] = parts[1]
     names = {gpu["index"]: gpu["name"] for gpu in found}
     if set(modes) != set(names):

@@ -113,6 +113,9 @@ def _read(path: Path, shown: str) -> str:
             data = handle.read(MAX_BYTES + 1)
     except OSError as exc:
         raise fail(unreadable.format(exc.strerror or exc)) from None
+    if len(data) > MAX_BYTES:
+        raise fail(f"grew past the {MAX_BYTES >> 20} MiB a matrix may have while it was read (is it still being "
+                   "written?); split it or remove generated content")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -159,7 +162,8 @@ class _Builder:
         self.doc = doc
         self.stack: list[_Frame] = []
         self.anchors: dict[str, tuple[Any, int]] = {}
-        self.open_anchors: set[str] = set()
+        # Anchors whose most recent node (YAML 1.2, 3.2.2.2: the one an alias names) is a collection still open.
+        self.open_anchors: dict[str, _Frame] = {}
         self.expanded = 0
         self.documents = 0
         self.root: Any = None
@@ -183,7 +187,7 @@ class _Builder:
                 key = top.key
                 if top.is_map and key is None:
                     key = event.value
-                    if key in top.data or key in top.lines or key == "<<" or event.anchor:
+                    if key in top.data or key in top.lines or key == "<<" or event.anchor or event.tag:
                         self._key(top, event, line)
                     else:
                         top.key, top.key_line = key, line
@@ -231,10 +235,10 @@ class _Builder:
         if isinstance(event, ev.CollectionStartEvent):
             if event.tag not in _COLLECTION_TAGS:
                 raise self.fail(line, loc, f"YAML tag {event.tag} is not supported here; remove it")
-            if event.anchor:
-                self.open_anchors.add(event.anchor)
             data: Any = {} if isinstance(event, ev.MappingStartEvent) else []
             self.stack.append(_Frame(loc, data, event.anchor, line))
+            if event.anchor:
+                self.open_anchors[event.anchor] = self.stack[-1]
             return
         if isinstance(event, ev.AliasEvent):
             if event.anchor in self.open_anchors:
@@ -255,6 +259,7 @@ class _Builder:
         value = self._scalar(event, loc, line, tag)
         if event.anchor:
             self.anchors[event.anchor] = (value, 1)
+            self.open_anchors.pop(event.anchor, None)
         self._attach(parent, value, 1, line)
 
     def _child_loc(self, parent: _Frame | None) -> Loc:
@@ -265,8 +270,8 @@ class _Builder:
         return (*parent.loc, len(parent.data))
 
     def _key(self, parent: _Frame, event: Any, line: int) -> None:
-        if not isinstance(event, ev.ScalarEvent) or event.anchor:
-            raise self.fail(line, parent.loc, "keys must be plain strings (no anchors, aliases or collections)")
+        if not isinstance(event, ev.ScalarEvent) or event.anchor or event.tag not in (None, "!", _STR_TAG):
+            raise self.fail(line, parent.loc, "keys must be plain strings (no tags, anchors, aliases or collections)")
         key = event.value
         if key == "<<" and event.implicit[0] and _RESOLVER.resolve(yaml.ScalarNode, key, event.implicit) == _MERGE_TAG:
             parent.key, parent.key_line, parent.merging = "<<", line, True
@@ -322,8 +327,8 @@ class _Builder:
                         frame.data[key] = item
                         frame.lines[key] = line
         self.doc.tables[id(frame.data)] = frame.lines
-        if frame.anchor:
-            self.open_anchors.discard(frame.anchor)
+        if frame.anchor and self.open_anchors.get(frame.anchor) is frame:   # not re-defined inside it
+            del self.open_anchors[frame.anchor]
             self.anchors[frame.anchor] = (frame.data, frame.size)
         parent = self.stack[-1] if self.stack else None
         # A collection in a mapping is located at its key, in a sequence at its first line.

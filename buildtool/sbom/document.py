@@ -292,38 +292,62 @@ def shape_problem(document: Any) -> str:
                 PackageURL.from_string(purl)
         except ValueError:
             return f"components[{index}].purl {purl[:80]!r} is not a package URL"
-    return ""
+    return _package_sets(components)[2]
 
 
 def contents(document: dict[str, Any]) -> Contents:
     """Package sets of a CycloneDX document (ours or any with pypi/deb purls) that shape_problem accepts."""
-    from packageurl import PackageURL
-
     root = (document.get("metadata") or {}).get("component") or {}
     facts = {p["name"].split(":", 1)[1]: p.get("value", "") for p in root.get("properties", [])
              if str(p.get("name", "")).startswith(f"{PROPERTY}:")}
-    python: dict[str, str] = {}
-    debs: dict[tuple[str, str], str] = {}
-    for component in document.get("components", []):
+    python, apt, problem = _package_sets(document.get("components", []))
+    if problem:
+        raise ValueError(problem)
+    return Contents(facts=facts, python=dict(sorted(python.items())), apt=dict(sorted(apt.items())))
+
+
+def _package_sets(components: list[dict[str, Any]]) -> tuple[dict[str, str], dict[str, str], str]:
+    """(Python packages by PEP 503 name, Debian ones by deb_keys' key, "" or why not: two components of one
+    package at two versions, of which a name -> version listing would silently keep one)."""
+    from packageurl import PackageURL
+
+    found: list[tuple[str, tuple[str, str], str, int]] = []   # (scope, (name, arch), version, index)
+    for index, component in enumerate(components):
         try:
             purl = PackageURL.from_string(component.get("purl", ""))
         except ValueError:
             continue
         if purl.type == "deb":
             arch = purl.qualifiers.get("arch", "") if isinstance(purl.qualifiers, dict) else ""
-            debs[(purl.name, arch)] = purl.version or ""
+            found.append(("apt", (purl.name, arch), purl.version or "", index))
         elif purl.type == "pypi":   # another tool's purl may keep the name's case, `.` or `_` (PEP 503: one name)
-            python[normalize(purl.name)] = purl.version or ""
-    return Contents(facts=facts, python=dict(sorted(python.items())), apt=dict(sorted(deb_keys(debs).items())))
+            found.append(("python", (normalize(purl.name), ""), purl.version or "", index))
+    deb_key = _deb_key_of([key for scope, key, _, _ in found if scope == "apt"])
+    sets: dict[str, dict[str, tuple[str, int]]] = {"python": {}, "apt": {}}
+    for scope, (name, arch), version, index in found:
+        key = name if scope == "python" else deb_key[(name, arch)]
+        seen = sets[scope].setdefault(key, (version, index))
+        if seen[0] != version:
+            first, second = (f"components[{i}].purl {components[i]['purl'][:80]!r}" for i in (seen[1], index))
+            return {}, {}, (f"{first} and {second} are one package ({scope} {key}) at two versions; a listing holds "
+                            "one version of each")
+    return ({k: v for k, (v, _) in sets["python"].items()}, {k: v for k, (v, _) in sets["apt"].items()}, "")
 
 
 def deb_keys(debs: dict[tuple[str, str], str]) -> dict[str, str]:
     """Debian packages by name, as dpkg names them: `name:arch` where the name is installed for more than one
     architecture (multi-arch pairs such as libc6:amd64 and libc6:i386 are two packages)."""
-    archs: dict[str, int] = {}
-    for name, _ in debs:
-        archs[name] = archs.get(name, 0) + 1
-    return {f"{name}:{arch}" if archs[name] > 1 else name: version for (name, arch), version in debs.items()}
+    key = _deb_key_of(list(debs))
+    return {key[name_arch]: version for name_arch, version in debs.items()}
+
+
+def _deb_key_of(debs: list[tuple[str, str]]) -> dict[tuple[str, str], str]:
+    """deb_keys' key of each (name, arch): a name with no architecture (another tool's purl without `arch`) is
+    keyed by the name, and counts no architecture of it."""
+    archs: dict[str, set[str]] = {}
+    for name, arch in debs:
+        archs.setdefault(name, set()).update({arch} if arch else ())
+    return {(name, arch): f"{name}:{arch}" if arch and len(archs[name]) > 1 else name for name, arch in debs}
 
 
 @dataclass(frozen=True)
@@ -406,7 +430,7 @@ def load_sbom(client: RegistryClient, repo: str, digest: str) -> tuple[dict[str,
                 raise RegistryError(f"SBOM {referrer.digest} of {repo}@{digest} is not a CycloneDX JSON document") \
                     from None
             if version != digest:
-                raise RegistryError(f"SBOM {referrer.digest} describes {version}, not {digest}")
+                raise RegistryError(f"SBOM {referrer.digest} describes {repr(version)[:100]}, not {digest}")
             problem = shape_problem(document)
             if problem:
                 raise RegistryError(f"SBOM {referrer.digest} of {repo}@{digest} is malformed: {problem}")

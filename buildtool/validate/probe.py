@@ -100,7 +100,8 @@ def run_flags(cell: Cell, labels: dict[str, str], gpus: list[dict[str, str]], lo
                 log(f"note: label {label_keys.RUN_PROFILE} is a JSON {type(built).__name__}, not the run profile's "
                     "object; ignored")
             elif built.get("shm_size") not in (None, cell.run.shm_size):
-                log(f"note: the image was built with run profile shm_size={built.get('shm_size')}, "
+                shown = " ".join(str(built.get("shm_size")).split())[:40]   # the label is anyone's who may push
+                log(f"note: the image was built with run profile shm_size={shown}, "
                     f"the matrix now says {cell.run.shm_size}; testing the matrix's")
     flags = [f for f in cell.run.docker_flags() if not f.startswith("--gpus")]
     if gpus and cell.run.gpus != "none":

@@ -6,6 +6,7 @@ reads them. Printed output is for people only. Standard library, Python 3.8 synt
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import traceback
@@ -19,9 +20,14 @@ def write(name: str, data: object) -> str:
     """Write `data` as JSON to OUT/name (atomically: a reader never sees half a file)."""
     path = os.path.join(out_dir(), name)
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as fh:
-        json.dump(data, fh)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(data, fh)
+        os.replace(tmp, path)
+    except BaseException:   # a value JSON cannot hold, a full disk: no half-written file left for the test
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return path
 
 

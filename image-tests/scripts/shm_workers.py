@@ -24,7 +24,24 @@ from probe_io import error_line, result, write
 BATCH_BYTES = 96 << 20  # above 64 MB on purpose
 BATCHES = 4
 WORKERS = 2
-WORKER_TIMEOUT_S = float(os.environ.get("SHM_WORKER_TIMEOUT_S", "30"))
+
+
+def worker_timeout_s() -> float:
+    """$SHM_WORKER_TIMEOUT_S (30 when unset; the image's ENV may set it): the loader's timeout, so a value that is no
+    bound (text, 0 or inf: torch waits for ever, negative: torch's error) is refused by name before any worker."""
+    text = os.environ.get("SHM_WORKER_TIMEOUT_S", "30")
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 3600:   # nan too
+        print(f"{os.path.basename(__file__)}: SHM_WORKER_TIMEOUT_S={text!r} is not a number of seconds above 0 and at "
+              "most 3600 (unset it for the default, 30)", file=sys.stderr)
+        sys.exit(2)
+    return value
+
+
+WORKER_TIMEOUT_S = worker_timeout_s()
 
 
 def shm() -> dict:

@@ -42,8 +42,24 @@ PROFILER = "/data/plugin/pytorch_profiler"
 PROFILE = "/data/plugin/profile"
 TRACE_TOOL = "trace_viewer@"   # the profile plugin's trace viewer (XPlane converted to trace events)
 MAX_NAMES = 2000
-# How many times slower than native this image runs (harness.SLOWDOWN: QEMU); every bound below stretches by it.
-SLOWDOWN = int(os.environ.get("IMAGETEST_SLOWDOWN") or 1)
+
+
+def slowdown() -> int:
+    """How many times slower than native this image runs (harness.SLOWDOWN: QEMU), 1 when unset; every bound below
+    stretches by it, so a value that is no factor (text, 0, negative, beyond the matrix's bound of 20 many times
+    over) is refused by name, never a traceback or a wait of no time."""
+    value = os.environ.get("IMAGETEST_SLOWDOWN")
+    if value is None:
+        return 1
+    if not re.fullmatch(r"[0-9]{1,3}", value) or not 1 <= int(value) <= 100:
+        print(f"{os.path.basename(__file__)}: IMAGETEST_SLOWDOWN={value!r} is not a whole number from 1 to 100 (how "
+              "many times slower than native the image runs; the harness sets it from the target's slowdown)",
+              file=sys.stderr)
+        sys.exit(2)
+    return int(value)
+
+
+SLOWDOWN = slowdown()
 SERVE_S = 60 * SLOWDOWN  # `serve`: the longest TensorBoard is left serving for the test's inspection
 
 
