@@ -348,6 +348,16 @@ def test_a_garbled_topology_matrix_is_an_error_not_nvlink(text, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         busbw.read_topology(text)
 
+@pytest.mark.parametrize("link", ["NV18", "PIX", "SYS"])
+def test_a_gpus_link_to_itself_that_is_not_x_is_an_error(link):
+    """Before: a link on the diagonal (a GPU's cell for itself, always X) was read as a link: NV18 there passed, PIX
+    there counted GPU0-GPU0 as a pair joined only through PCIe; a matrix that garbled is now an error naming it."""
+    text = f"\tGPU0\tGPU1\nGPU0\t {link} \tNV18\nGPU1\tNV18\t X \n"
+    message = f"GPU0's link to itself is {link!r}, not X, in `nvidia-smi topo -m`"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        busbw.read_topology(text)
+
+
 
 def test_the_window_compares_only_nights_on_the_same_gpus_not_the_same_first_gpu(tmp_path):
     """Before: an earlier night counted when its runner's first GPU and GPU count matched, so nights on 8x H100 were

@@ -228,6 +228,8 @@ def read_topology(topo: str) -> tuple[str, str]:
         names.append(cells[0].strip())
         for i in columns:
             link = cells[i].strip() if i < len(cells) else ""
+            if names[-1] == header[i].strip() and link != "X":   # a GPU's cell for itself is always X
+                raise ValueError(f"{names[-1]}'s link to itself is {link!r}, not X, in `nvidia-smi topo -m`")
             if link in _PCIE_LINKS:   # the first link seen between the pair (both rows list it)
                 pcie.setdefault(tuple(sorted((cells[0].strip(), header[i].strip()))), link)
             elif (link != "X" or names[-1] != header[i].strip()) and not _NVLINK_RE.match(link):   # X: itself
