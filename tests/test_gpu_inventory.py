@@ -70,6 +70,17 @@ def test_a_gpu_whose_fields_nvml_cannot_read_is_no_usable_gpu_and_the_problem_na
         probe.require_gpus(found)
 
 
+@pytest.mark.parametrize("index", ["²", "٣"])
+def test_an_index_of_digits_that_are_not_ascii_is_no_gpu_row(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             index: str) -> None:
+    """Before: str.isdigit() took '²' (or '٣') for a GPU's index, so a garbled row counted as a GPU's; nvidia-smi
+    prints ASCII indexes only, and any other line among the rows names itself as no GPU's."""
+    _smi(tmp_path, monkeypatch, [f"{index}, {H100}, 570.86.15, 81559"])
+    found = probe.gpu_inventory()
+    assert found.gpus == [] and found.problem == (f"nvidia-smi --query-gpu printed '{index}, {H100}, 570.86.15, "
+                                                  "81559', not a GPU's index, name, driver_version, memory.total")
+
+
 def test_a_unified_memory_gpus_memory_na_is_still_a_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """[N/A] is a value the GPU does not have (GB10's memory.total), not an error: the GPU stays, its memory unknown."""
     _smi(tmp_path, monkeypatch, ["0, NVIDIA GB10, 580.95.05, [N/A]"])

@@ -75,7 +75,7 @@ def is_row(line: str) -> bool:
     """Whether `line` has the shape of one GPU's row of the --query-gpu answer (its values may still be errors).
     nvidia-smi's CSV quotes nothing: a name with a comma gives the row more fields (_fields)."""
     parts = line.split(",")
-    return len(parts) >= len(QUERY) and parts[0].strip().isdigit()
+    return len(parts) >= len(QUERY) and _is_index(parts[0])
 
 
 def _fields(line: str) -> list[str]:
@@ -90,7 +90,12 @@ def _is_mig_row(line: str) -> bool:
     """Whether `line` has the shape of one GPU's row of the MIG_QUERY answer: its index, then its mode (an error's
     line may hold a comma too: NVML's insufficient-power message)."""
     parts = line.split(",")
-    return len(parts) == len(MIG_QUERY) and parts[0].strip().isdigit()
+    return len(parts) == len(MIG_QUERY) and _is_index(parts[0])
+
+
+def _is_index(text: str) -> bool:
+    """nvidia-smi's GPU index: ASCII digits (str.isdigit alone takes '²' too)."""
+    return text.strip().isascii() and text.strip().isdigit()
 
 
 def _broken_field(row: dict[str, str]) -> str:
