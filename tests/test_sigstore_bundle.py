@@ -264,3 +264,24 @@ def test_a_bundle_key_hint_is_shown_without_its_control_characters() -> None:
         sigstore_bundle.envelope(json.dumps(data).encode())
     said = str(refused.value)
     assert said.isprintable() and "key hint '\\x1b[2K\\rok\\nverified' is not" in said, said
+
+
+def test_a_bundle_with_more_timestamps_than_the_bound_is_refused_before_any_is_checked() -> None:
+    """Before: every RFC 3161 timestamp a bundle carried was checked (a signature verification each), however many:
+    anyone who may push attaches a bundle with thousands of copies of one valid timestamp and each reader pays for
+    every one. Now more than MAX_TIMESTAMPS is refused unchecked, naming the count; up to it each is still checked."""
+    env = signing.envelope("r", "sha256:" + "1" * 64, {"x": 1})
+    checked: list[bytes] = []
+
+    def check(stamp: bytes, signature: bytes) -> str:
+        checked.append(stamp)
+        return ""
+
+    most = sigstore_bundle.MAX_TIMESTAMPS
+    assert json.loads(sigstore_bundle.envelope(sigstore_bundle.bundle(env, [b"t"] * most), check)) == json.loads(env)
+    assert len(checked) == most
+    checked.clear()
+    with pytest.raises(sigstore_bundle.BundleError, match=rf"^malformed: the Sigstore bundle carries {most + 1} RFC "
+                                                          rf"3161 timestamps, more than the {most} a reader checks$"):
+        sigstore_bundle.envelope(sigstore_bundle.bundle(env, [b"t"] * (most + 1)), check)
+    assert checked == []

@@ -38,6 +38,8 @@ class BundleError(ValueError):
     """A bundle this toolkit does not read; the message names why."""
 
 
+# The most RFC 3161 timestamps a bundle may carry: this toolkit writes one (the --tsa authority's), other writers a few.
+MAX_TIMESTAMPS = 16
 # Why an RFC 3161 timestamp (DER) over a signature (raw bytes) does not verify, "" when it does.
 TimestampCheck = Callable[[bytes, bytes], str]
 
@@ -111,6 +113,9 @@ def envelope(data: bytes, check_timestamp: TimestampCheck | None = None) -> byte
             raise BundleError("unverifiable: the Sigstore bundle carries no RFC 3161 timestamp, and "
                               "DL_IMAGES_TSA_CERTS names a timestamp authority to trust: each bundle must carry its "
                               "timestamp (write it with --tsa URL), or unset DL_IMAGES_TSA_CERTS")
+        if len(stamps) > MAX_TIMESTAMPS:    # each costs a signature check: refused before any is made
+            raise BundleError(f"malformed: the Sigstore bundle carries {len(stamps)} RFC 3161 timestamps, more than "
+                              f"the {MAX_TIMESTAMPS} a reader checks")
         for n, stamp in enumerate(stamps):
             raw = stamp.get("signedTimestamp") if isinstance(stamp, dict) else None
             problem = check_timestamp(_decoded(raw), signature)
