@@ -127,6 +127,22 @@ def test_a_list_is_read_to_its_bound_and_no_further(serve, monkeypatch: pytest.M
         RegistryClient(host, retry=QUICK).tags("team/a")
 
 
+def test_more_tags_than_the_bound_are_refused_never_cut_short(serve, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    """Before, the tags of a repository were gathered however many its pages held (LIST_PAGES pages, each up to
+    MAX_ANSWER_BYTES: gigabytes in memory from a registry listing millions per page). Now more than MAX_TAGS is one
+    error naming the repository and the limit, read no further; never a list cut short (a dev tag missed)."""
+    monkeypatch.setattr(client_mod, "MAX_TAGS", 5, raising=False)
+    monkeypatch.setattr(client_mod, "LIST_PAGES", 10)
+    pages = iter(range(1, 1000))
+    host = serve(lambda h: _tags([f"{h.path}-{n}" for n in range(3)],
+                                 f'</v2/team/a/tags/list?page={next(pages)}>; rel="next"'))
+    with pytest.raises(RegistryError) as refused:
+        RegistryClient(host, retry=QUICK).tags("team/a")
+    assert str(refused.value) == (f"{host}: team/a lists more than 5 tags; refused, not read further (a list read "
+                                  "in part could miss the tag asked for)")
+    assert next(pages) == 3    # two pages read, the one that passed the bound the last
+
+
 def test_a_tag_list_that_is_not_one_is_a_registry_error(serve) -> None:  # noqa: ANN001
     host = serve(lambda h: (200, {"Content-Type": "text/html"}, b"<html>maintenance</html>"))
     with pytest.raises(RegistryError, match=r"the tag list of team/a is not a JSON \{\"tags\": \[...\]\} document"):

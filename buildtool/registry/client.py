@@ -81,6 +81,7 @@ _CONCURRENT_COMMIT_RETRIES = 3
 _REDIRECTS = (301, 302, 303, 307, 308)
 _AUTH_ROUNDS = 2          # 401s one request answers by (re)authenticating before it gives up
 LIST_PAGES = 1000         # pages of one list (tags, referrers) read at most: 100,000 tags at Docker Hub's 100
+MAX_TAGS = 1_000_000      # tags of one repository held at most (a dev tag per commit and version for decades)
 BLOB_RESUMES = 100        # cut-offs one blob read survives in all, even each bringing bytes (a bound on the requests)
 # The most a manifest (an index, the referrers fallback index) may be: the OCI distribution spec (spec.md, "Pushing
 # Manifests") has registries SHOULD support manifests of at least 4 megabytes and SHOULD refuse larger ones (413).
@@ -589,4 +590,7 @@ class RegistryClient:
             if not isinstance(listed, list) or not all(isinstance(t, str) for t in listed):
                 raise RegistryError(f"{self.host}: the tag list of {repo} is not a JSON {{\"tags\": [...]}} document")
             found += listed
+            if len(found) > MAX_TAGS:
+                raise RegistryError(f"{self.host}: {repo} lists more than {MAX_TAGS} tags; refused, not read further "
+                                    "(a list read in part could miss the tag asked for)")
         return list(dict.fromkeys(found))
