@@ -72,7 +72,7 @@ TEST_ENV := env -u PYTHONDONTWRITEBYTECODE
 # `make test-fast` in a fresh copy of the checkout with only `.[dev]`; the run here selects the marked tests.
 .PHONY: test
 test: ## Every test: the marked ones here on TEST_JOBS xdist workers (30 slowest named), test-fast's in a fresh copy
-	$(TEST_ENV) $(PYTHON) -m pytest -q -n $(TEST_JOBS) --dist loadgroup --durations=30 -m "$(FAST_EXCLUDE)"
+	$(TEST_ENV) $(PYTHON) -m pytest -q -n $(TEST_JOBS) --dist loadgroup --no-loadscope-reorder --durations=30 -m "$(FAST_EXCLUDE)"
 
 # The markers (pyproject.toml) of tests that need more than the toolkit's Python dependencies.
 FAST_EXCLUDE := integration or engine or registry or slurm or browser or index or host_torch or tools or sigstore_js

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -220,14 +221,26 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 # a SLURM cluster, a tiny project), which a second worker would make again beside the first. These
 # modules' tests each stand alone (a fixture image and one validation) and spread over the workers.
 SPREAD_INTEGRATION_MODULES = {"test_image_faults"}
+# Groups sent to the workers first, before the rest in xdist's own order (most tests first; the Makefile turns
+# xdist's reordering off and this hook does it): test_fresh_machines is one test of about 16 minutes (two private
+# engines build pytorch-cpu from empty caches, needing nothing of the others), and as the last group of one test
+# it started an hour into a 72-minute run and ended it alone (timeline of a run at 42daed3, docs/testing.md).
+FIRST_GROUPS = ("test_fresh_machines",)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    scopes = {}
     for item in items:
         module = item.path.stem
         if item.path.parent.name == "integration" and module not in SPREAD_INTEGRATION_MODULES:
             item.add_marker(pytest.mark.xdist_group(module))
+        scopes[item] = module if item.get_closest_marker("xdist_group") else item.nodeid
+    sizes, first_seen = Counter(scopes.values()), {}
+    for item in items:
+        first_seen.setdefault(scopes[item], len(first_seen))
+    # xdist's loadscope order (the groups with the most tests first, the rest as collected), FIRST_GROUPS ahead.
+    items.sort(key=lambda i: (scopes[i] not in FIRST_GROUPS, -sizes[scopes[i]], first_seen[scopes[i]]))
 
 
 @pytest.hookimpl(trylast=True)  # after pytest's tmp_path plugin has set up the session's folders
