@@ -304,3 +304,16 @@ def test_the_diff_probe_keeps_multi_arch_pairs_apart_as_the_sbom_does():
     found = parse("x", "sha256:" + "a" * 64, "@@os x\n@@apt\nii \tlibc6\t2.36-9\tamd64\nii \tlibc6\t2.36-10\ti386\n"
                                              "ii \tbash\t5.2\tamd64\n@@end\n")
     assert found.apt == {"bash": "5.2", "libc6:amd64": "2.36-9", "libc6:i386": "2.36-10"}
+
+
+@pytest.mark.parametrize("line", ["ii \tlibc6", "ii ", "ii \t\t2.36-9\tamd64", "ii \tlibc6\t\tamd64",
+                                  "ii \tlibc6\t2.36-9\tamd64\textra"])
+def test_a_garbled_dpkg_line_in_the_probe_is_an_error_naming_it(line):
+    """A dpkg-query line cut short or garbled (no version, no name, a field too many) was padded with empty fields
+    and recorded: `libc6` with version '' or a package named '', so the diff showed a change that no image had."""
+    from buildtool.imagebuild.image_probe import FailedError, parse
+
+    with pytest.raises(FailedError) as caught:
+        parse("reg/x:1", "sha256:" + "a" * 64, f"@@os x\n@@apt\nii \tbash\t5.2\tamd64\n{line}\n@@end\n")
+    assert str(caught.value) == f"cannot list the packages of reg/x:1: dpkg-query printed {line!r}, not its " \
+                                "status, package, version and architecture"

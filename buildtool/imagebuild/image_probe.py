@@ -148,12 +148,22 @@ def parse(ref: str, image_id: str, stdout: str, cuda: str = "") -> Probed:
     for head, lines in sections[1:-1]:
         if head == "apt":
             for line in lines:
-                status, name, version, arch = (line.split("\t") + ["", "", ""])[:4]
+                status, *fields = line.split("\t")
                 if status[1:2] == "i":    # installed, whatever is wanted of it (`hi`: on hold)
+                    name, version, arch = _installed(ref, line, fields)
                     debs[(name, arch)] = version
         elif head.startswith("python "):
             environments.append(_environment(ref, head[7:], lines))
     return Probed(image_id=image_id, os=os_name, apt=deb_keys(debs), environments=tuple(environments), cuda=cuda)
+
+
+def _installed(ref: str, line: str, fields: list[str]) -> tuple[str, str, str]:
+    """An installed package's name, version and architecture (which older dpkg listings leave out); a line cut
+    short or garbled is an error, never a package with an empty name or version."""
+    if len(fields) not in (2, 3) or not all(fields[:2]):
+        raise FailedError(f"cannot list the packages of {ref}: dpkg-query printed {line!r}, not its status, "
+                          "package, version and architecture")
+    return fields[0], fields[1], fields[2] if len(fields) == 3 else ""
 
 
 def _environment(ref: str, python: str, lines: list[str]) -> Environment:
