@@ -157,3 +157,15 @@ def test_a_lock_manifest_over_the_manifest_limit_is_refused_and_not_read_past_it
                         "read counts as held: .*", message), message
     assert int(re.search(r"at least (\d+) bytes", message).group(1)) <= MAX_MANIFEST_BYTES + (1 << 16)  # type: ignore[union-attr]
     assert registry.puts == [] and registry.body == body          # not taken over
+
+
+def test_a_record_of_this_host_with_a_pid_no_process_can_have_is_stale_not_a_traceback() -> None:
+    """Before, a record of this host whose pid (up to 10 digits, as the record may hold) is past what the system's
+    pid type holds stopped every release with an OverflowError traceback from pid_alive's os.kill; no process can
+    have that id, so the lock is stale and is taken, as one whose holder has ended."""
+    import socket
+
+    registry = Registry(record(LOCK_HOST=socket.gethostname(), LOCK_PID="9999999999"))
+    taken = lock(registry)
+    taken.acquire()
+    assert registry.puts and taken.still_held()
