@@ -169,3 +169,14 @@ def test_a_record_of_this_host_with_a_pid_no_process_can_have_is_stale_not_a_tra
     taken = lock(registry)
     taken.acquire()
     assert registry.puts and taken.still_held()
+
+
+def test_a_busy_lock_names_its_holder_bounded_on_one_line() -> None:
+    """Before, LockBusy put the record's host and purpose into its message whole: anyone who may push could write a
+    live lock whose purpose (or host) is megabytes with newlines, and every release waiting on it said that."""
+    purpose = "release 9.9\n" + "x" * 3_000_000
+    registry = Registry(record(LOCK_HOST="h" * 100_000, LOCK_PURPOSE=purpose))
+    with pytest.raises(LockBusy) as caught:
+        lock(registry).acquire()
+    assert str(caught.value) == (f"rel/cpu is being released by {ascii('h' * 80)}... (100000 characters) pid 4242 "
+                                 f"({ascii(purpose[:80])}... ({len(purpose)} characters)); retry when it has finished")

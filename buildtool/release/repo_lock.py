@@ -15,6 +15,7 @@ from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 
 from buildtool.common.processes import pid_alive
+from buildtool.common.refs import shown_plain
 from buildtool.contracts import label_keys, names
 from buildtool.registry import answers
 from buildtool.registry.client import (
@@ -182,9 +183,9 @@ class RepoLock:
                     log.info("release lock of %s taken by another release; waiting", self.repo)
                 elif time.monotonic() > deadline:
                     info = holder[1]
-                    raise LockBusy(f"{self.repo} is being released by {info.get(label_keys.LOCK_HOST)} "
+                    raise LockBusy(f"{self.repo} is being released by {shown_plain(info.get(label_keys.LOCK_HOST))} "
                                    f"pid {info.get(label_keys.LOCK_PID)} "
-                                   f"({info.get(label_keys.LOCK_PURPOSE)}); retry when it has finished")
+                                   f"({shown_plain(info.get(label_keys.LOCK_PURPOSE))}); retry when it has finished")
                 time.sleep(self.poll_s)
         except BaseException:
             with _ACTIVE_GUARD:
