@@ -32,15 +32,19 @@ class MemRegistry:
     def ping(self) -> None:
         """It always answers."""
 
-    def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), **_: Any) -> Any:
+    def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), sink: Any = None, **_: Any) -> Any:
         """A manifest GET (the release lock's read), answered as distribution answers it, with its Date; no other
-        call."""
+        call. A body the `sink` takes is written to it (and is not the answer's content), as the transport does."""
         repo, manifests, ref = path.rpartition("/manifests/")
         if method == "GET" and manifests:
             found = self.manifests.get((repo, ref))
             date = {"Date": formatdate(usegmt=True)}
             if found is not None:
-                return _Answer(200, {**date, "Content-Type": found[1]}, found[0])
+                headers = {**date, "Content-Type": found[1]}
+                write = sink(200, headers) if sink is not None else None
+                if write is not None:
+                    write(found[0])
+                return _Answer(200, headers, b"" if write is not None else found[0])
             if 404 in ok:
                 return _Answer(404, date, b'{"errors":[{"code":"MANIFEST_UNKNOWN"}]}')
         raise NotFound(f"{method} {path}: no such API here")

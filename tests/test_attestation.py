@@ -447,3 +447,33 @@ def test_an_envelope_with_more_signatures_than_the_bound_is_refused_before_any_i
                                   f"more than the {bound} a DSSE envelope of this toolkit's signers may carry")
     few = {**honest, "signatures": [junk] * (bound - 1) + honest["signatures"]}
     assert open_envelope(json.dumps(few).encode(), trusted().keys).keyid == KEY.keyid
+
+
+def test_values_of_a_signed_statement_are_shown_bounded_on_one_line() -> None:
+    """Before, the reasons a signed statement is refused put its values into the message whole (its _type,
+    predicateType, subject digests, the verdict's digest, the envelope's payloadType): a megabyte string with newlines
+    (a trusted key signs whatever its holder gives it) made a megabyte, many-line reason."""
+    from buildtool.attest import attested, intoto
+    from buildtool.attest.dsse import sign_envelope
+
+    long = "sha256:" + "x" * 1_000_000 + "\nrelease: ok"
+    base = json.loads(statement("r", D1, verdict(CPU, D1)))
+
+    def verdict_reason(**change: object) -> str:
+        with pytest.raises(StatementError) as caught:
+            read_statement(json.dumps({**base, **change}).encode(), D1)
+        return str(caught.value)
+
+    with pytest.raises(intoto.StatementError) as caught:
+        intoto.read_statement(json.dumps({**base, "predicateType": long}).encode(), D1, "https://cyclonedx.org/bom")
+    signed = json.dumps(sign_envelope(KEY, long, b"{}")).encode()
+    reasons = [verdict_reason(_type=long), verdict_reason(predicateType=long), str(caught.value),
+               verdict_reason(subject=[{"name": "r", "digest": {"sha256": long}}] * 1000),
+               verdict_reason(predicate={**base["predicate"], "digest": long}),
+               attested.open_signed([Payload(DSSE, signed)], D1, "x", trusted().keys, None, "builder")]
+    for reason in reasons:
+        assert isinstance(reason, str) and "\n" not in reason and len(reason) < 600, reason[:200]
+    named = f"sha256:{long}"      # a subject digest as the reader names it: algorithm:value
+    assert reasons[3] == (f"replayed: signed for {ascii(named[:80])}... ({len(named)} characters), "
+                          f"{ascii(named[:80])}... ({len(named)} characters), {ascii(named[:80])}... ({len(named)} "
+                          f"characters) and 997 more, not for {D1}")

@@ -404,3 +404,18 @@ def test_a_re_defined_anchor_in_a_row_is_the_most_recent_as_in_the_matrix(tmp_pa
     assert (loaded.title, loaded.cuda_build_expr) == ("FixtureFW", "0")
     assert frameworks._parse_row("a: &a [&a [1], *a]\nb: *a\nc: &c [&c 2, *c]\n") == \
         {"a": [[1], [1]], "b": [1], "c": [2, 2]}
+
+
+def test_a_framework_yaml_over_the_matrix_size_limit_is_refused_naming_it(tmp_path: Path) -> None:
+    """Before, load_row read framework.yaml whole whatever its size (matrix.yaml's loader stops at MAX_BYTES): a
+    file of gigabytes (generated content, a runaway write) was read and parsed in full."""
+    from buildtool.matrix import yamlsource
+
+    folder = _folder(tmp_path)
+    row = folder / "framework.yaml"
+    row.write_text(row.read_text() + "#" * (16 << 20) + "\n")
+    with pytest.raises(frameworks.TableError) as caught:
+        frameworks.load_row(folder)
+    assert str(caught.value) == (f"{WHERE}: is 16.0 MiB; a framework.yaml is at most 16 MiB (remove generated "
+                                 "content)")
+    assert frameworks.MAX_ROW_BYTES == yamlsource.MAX_BYTES     # the same limit as a matrix file's

@@ -638,3 +638,16 @@ def test_a_retry_after_of_digits_that_are_not_ascii_is_unreadable_not_a_tracebac
     with pytest.raises(RateLimited, match="HTTP 429 Too Many Requests"):
         c.has_blob("team/a", blob(b"x"))
     assert sleeps == [0.5, 1.0]
+
+
+def test_rate_limit_messages_and_client_messages_strip_a_url_the_same_one_way() -> None:
+    """Before, auth.rate_limited and RegistryClient._safe each stripped a URL's query string with their own copy of
+    the code; now both are auth.without_query, so a change to what a message may show is made once."""
+    from buildtool.registry import auth
+    from buildtool.registry.transport import Response
+
+    assert RegistryClient._safe is auth.without_query
+    url = "https://registry.example/v2/r/blobs/uploads/abc?_state=secret&digest=sha256:0"
+    answer = Response(503, {}, b"")
+    message = str(auth.rate_limited("PUT", url, answer, "3 attempts"))
+    assert "_state" not in message and auth.without_query(url) == "https://registry.example/v2/r/blobs/uploads/abc"

@@ -454,3 +454,14 @@ def test_every_blob_read_into_memory_names_its_limit() -> None:
                     and not any(k.arg == "limit" for k in node.keywords):
                 unbounded.append(f"{path.name}:{node.lineno}")
     assert unbounded == []
+
+
+def test_a_manifest_annotation_key_of_the_wrong_value_type_is_named_bounded() -> None:
+    """Before, manifest_problem named an annotation whose value is no string by its key whole (`{key!r}`): anyone who
+    may push could make the refusal of a manifest (or of the release lock) a message of megabytes."""
+    from buildtool.registry.answers import manifest_problem
+
+    key = "k" * 1_000_000
+    problem = manifest_problem(json.dumps({"schemaVersion": 2, "annotations": {key: 5}}).encode())
+    assert problem == f"its annotations give {ascii(key[:80])}... (1000000 characters) a JSON number, not a string"
+    assert manifest_problem(b'{"annotations": {"a": 5}}') == "its annotations give 'a' a JSON number, not a string"

@@ -5,6 +5,7 @@ real registry."""
 from __future__ import annotations
 
 import json
+import re
 import time
 import types
 from email.utils import formatdate
@@ -28,17 +29,23 @@ class Registry:
         self.host, self.body, self.offset, self.date = HOST, body, clock_offset, date
         self.puts: list[bytes] = []
 
-    def _answer(self, status: int, content: bytes) -> Any:
+    def _answer(self, status: int, content: bytes, sink: Any = None) -> Any:
+        """As the transport answers: a body the `sink` takes is written to it in chunks, and is not the content."""
         headers = {"Date": formatdate(time.time() + self.offset, usegmt=True)} if self.date else {}
+        write = sink(status, headers) if sink is not None else None
+        if write is not None:
+            for start in range(0, len(content), 1 << 16):
+                write(content[start:start + (1 << 16)])
+            content = b""
         return types.SimpleNamespace(status_code=status, headers=headers, content=content)
 
-    def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), **_: Any) -> Any:
+    def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200,), sink: Any = None, **_: Any) -> Any:
         assert (method, path) == ("GET", f"rel/cpu/manifests/{LOCK_TAG}")
         if self.body is None:
             if 404 in ok:
-                return self._answer(404, b"")
+                return self._answer(404, b"", sink)
             raise NotFound(path)
-        return self._answer(200, self.body)
+        return self._answer(200, self.body, sink)
 
     def get_manifest(self, repo: str, ref: str) -> tuple[bytes, str, str]:   # the read before the fix
         if self.body is None:
@@ -133,3 +140,43 @@ def test_an_answer_without_a_date_is_one_line() -> None:
     with pytest.raises(RegistryError, match=f"registry {HOST} answered rel/cpu:{LOCK_TAG} with the Date ''") as caught:
         lock(registry).acquire()
     assert "\n" not in str(caught.value) and registry.puts == []
+
+
+def test_a_lock_manifest_over_the_manifest_limit_is_refused_and_not_read_past_it() -> None:
+    """Before, the lock's manifest was read to the client's 64 MiB answer limit, not the 4 MiB one on every other
+    manifest read: anyone who may push could make every release read 64 MiB for the lock."""
+    from buildtool.registry.client import MAX_MANIFEST_BYTES
+
+    body = json.dumps({"schemaVersion": 2, "annotations": {"x": "y" * MAX_MANIFEST_BYTES}}).encode()
+    registry = Registry(body)
+    with pytest.raises(RegistryError) as caught:
+        lock(registry).acquire()
+    message = str(caught.value)
+    assert re.fullmatch(rf"release lock {re.escape(TAG)}: its manifest is at least \d+ bytes, over the "
+                        rf"{MAX_MANIFEST_BYTES}-byte limit on a manifest; not read further; a lock that cannot be "
+                        "read counts as held: .*", message), message
+    assert int(re.search(r"at least (\d+) bytes", message).group(1)) <= MAX_MANIFEST_BYTES + (1 << 16)  # type: ignore[union-attr]
+    assert registry.puts == [] and registry.body == body          # not taken over
+
+
+def test_a_record_of_this_host_with_a_pid_no_process_can_have_is_stale_not_a_traceback() -> None:
+    """Before, a record of this host whose pid (up to 10 digits, as the record may hold) is past what the system's
+    pid type holds stopped every release with an OverflowError traceback from pid_alive's os.kill; no process can
+    have that id, so the lock is stale and is taken, as one whose holder has ended."""
+    import socket
+
+    registry = Registry(record(LOCK_HOST=socket.gethostname(), LOCK_PID="9999999999"))
+    taken = lock(registry)
+    taken.acquire()
+    assert registry.puts and taken.still_held()
+
+
+def test_a_busy_lock_names_its_holder_bounded_on_one_line() -> None:
+    """Before, LockBusy put the record's host and purpose into its message whole: anyone who may push could write a
+    live lock whose purpose (or host) is megabytes with newlines, and every release waiting on it said that."""
+    purpose = "release 9.9\n" + "x" * 3_000_000
+    registry = Registry(record(LOCK_HOST="h" * 100_000, LOCK_PURPOSE=purpose))
+    with pytest.raises(LockBusy) as caught:
+        lock(registry).acquire()
+    assert str(caught.value) == (f"rel/cpu is being released by {ascii('h' * 80)}... (100000 characters) pid 4242 "
+                                 f"({ascii(purpose[:80])}... ({len(purpose)} characters)); retry when it has finished")

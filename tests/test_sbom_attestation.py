@@ -128,6 +128,21 @@ def test_an_sbom_signed_for_another_digest_or_describing_another_is_refused(imag
     assert reasons[1] == f"mismatched: the SBOM describes {other}, not {digest}"
 
 
+def test_a_described_version_of_a_megabyte_with_newlines_is_shown_bounded_on_one_line(image) -> None:  # noqa: ANN001
+    """Before, the mismatch reason put the signed document's metadata.component.version into the message whole: a
+    megabyte string with newlines (anyone who may push can have a key sign one) became a megabyte, many-line reason."""
+    client, digest = image
+    document = signing.minimal_sbom(digest)
+    described = "sha256:" + "a" * 1_000_000 + "\nrelease: ok"
+    document["metadata"]["component"]["version"] = described
+    data = envelope_bytes(f"{client.host}/{REPO}", digest, document, signing.KEY)
+    signing.attach_raw(client, REPO, digest, data, artifact_type=SBOM_ATTESTATION_TYPE)   # type: ignore[arg-type]
+    found = find_sbom_attestation(client, REPO, digest, signing.trusted())   # type: ignore[arg-type]
+    ((_, reason),) = found.rejected
+    assert reason == (f"mismatched: the SBOM describes {ascii(described[:80])}... ({len(described)} characters), "
+                      f"not {digest}")
+
+
 def test_two_signed_sboms_that_disagree_count_as_none(image) -> None:  # noqa: ANN001
     client, digest = image
     attest_sbom(client, REPO, digest, signing.minimal_sbom(digest, 2), signing.KEY)   # type: ignore[arg-type]

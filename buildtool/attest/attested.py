@@ -13,6 +13,7 @@ from buildtool.attest.bundles import read_once, same_envelope, signed_referrers
 from buildtool.attest.dsse import EnvelopeError, PublicKey, claimed_keyids, open_envelope
 from buildtool.attest.referrers import Payload, Referrer
 from buildtool.attest.trust import Trusted
+from buildtool.common.refs import shown
 from buildtool.registry.client import RegistryClient
 
 Outcome = tuple[dict[str, Any], str] | str     # (predicate, signing key id), or why it does not count
@@ -40,7 +41,7 @@ def open_signed(payloads: list[Payload], digest: str, predicate_type: str, keys:
                 return hints[0]
         return str(exc)
     if opened.payload_type != intoto.PAYLOAD_TYPE:
-        return f"not an in-toto statement: payloadType {opened.payload_type!r}"
+        return f"not an in-toto statement: payloadType {shown(opened.payload_type)}"
     try:
         return intoto.read_statement(opened.payload, digest, predicate_type), opened.keyid
     except intoto.StatementError as exc:

@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from buildtool.common import strict_json
+from buildtool.common.refs import shown, shown_plain
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -48,7 +49,7 @@ def load_statement(payload: bytes) -> dict[str, Any]:
         raise StatementError("malformed: the signed payload is not JSON") from None
     if not isinstance(body, dict) or body.get("_type") != STATEMENT_TYPE:
         kind = body.get("_type") if isinstance(body, dict) else "?"
-        raise StatementError(f"not an in-toto Statement v1 (_type {kind!r})")
+        raise StatementError(f"not an in-toto Statement v1 (_type {shown(str(kind))})")
     return body
 
 
@@ -59,7 +60,8 @@ def check_subject(body: dict[str, Any], digest: str) -> None:
     named = [f"{k}:{v}" for s in subjects if isinstance(s, dict) and isinstance(s.get("digest"), dict)
              for k, v in s["digest"].items()]
     if digest not in named:
-        raise StatementError(f"replayed: signed for {', '.join(named) or 'no digest'}, not for {digest}")
+        listed = ", ".join(map(shown_plain, named[:3])) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
+        raise StatementError(f"replayed: signed for {listed or 'no digest'}, not for {digest}")
 
 
 def read_statement(payload: bytes, digest: str, predicate_type: str) -> dict[str, Any]:
@@ -67,7 +69,7 @@ def read_statement(payload: bytes, digest: str, predicate_type: str) -> dict[str
     (a statement signed for another digest is a replay); StatementError naming the cause otherwise."""
     body = load_statement(payload)
     if body.get("predicateType") != predicate_type:
-        raise StatementError(f"predicateType {body.get('predicateType')!r}, not {predicate_type}")
+        raise StatementError(f"predicateType {shown(str(body.get('predicateType')))}, not {predicate_type}")
     check_subject(body, digest)
     predicate = body.get("predicate")
     if not isinstance(predicate, dict):

@@ -21,6 +21,7 @@ from buildtool.attest.intoto import PAYLOAD_TYPE as PAYLOAD_TYPE
 from buildtool.attest.intoto import StatementError as StatementError
 from buildtool.attest.intoto import check_subject, load_statement
 from buildtool.attest.intoto import statement as intoto_statement
+from buildtool.common.refs import shown, shown_plain
 from buildtool.contracts.verdict import SCHEMA, Verdict, VerdictError, parse_verdict
 
 VERDICT_PREDICATE_PREFIX = "https://github.com/dl-images/dl-images/attestations/verdict/v"
@@ -63,13 +64,14 @@ def read_statement(payload: bytes, digest: str) -> Verdict:
     body = load_statement(payload)
     predicate_type = body.get("predicateType")
     if not isinstance(predicate_type, str) or not predicate_type.startswith(VERDICT_PREDICATE_PREFIX):
-        raise StatementError(f"not a verdict: predicateType {predicate_type!r}")
+        raise StatementError(f"not a verdict: predicateType {shown(str(predicate_type))}")
     check_subject(body, digest)
     predicate = body.get("predicate")
     if not isinstance(predicate, dict):
         raise StatementError("malformed: the predicate is not a verdict object")
     if predicate.get("digest") != digest:
-        raise StatementError(f"mismatched: the verdict inside names {predicate.get('digest')}, not {digest}")
+        raise StatementError(f"mismatched: the verdict inside names {shown_plain(predicate.get('digest'))}, "
+                             f"not {digest}")
     try:
         verdict = parse_verdict(predicate, "the signed predicate")
     except VerdictError as exc:

@@ -92,6 +92,13 @@ def shown(text: str, limit: int = SHOWN_MAX) -> str:
     return f"{ascii(text[:limit])}... ({len(text)} characters)"
 
 
+def shown_plain(value: object) -> str:
+    """A foreign value in a message: as it is when it is short plain ASCII text (a digest prints as ever), else
+    `shown` (quoted, escaped, cut with its length said)."""
+    text = str(value)
+    return text if len(text) <= SHOWN_MAX and ascii(text)[1:-1] == text else shown(text)
+
+
 def _credentials(text: str) -> bool:
     """Whether `text` starts with credentials (`user[:password]@host/...`): an `@` that introduces no digest."""
     head, at, tail = text.partition("@")

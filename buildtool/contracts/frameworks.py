@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 import re
 from collections.abc import Collection, Hashable
 from dataclasses import dataclass
@@ -178,6 +179,9 @@ class _StrictLoader(yaml.SafeLoader):
         super().flatten_mapping(node)
 
 
+MAX_ROW_BYTES = 16 << 20    # a matrix file's limit (buildtool/matrix/yamlsource.py MAX_BYTES), far above any row
+
+
 @functools.lru_cache(maxsize=64)
 def _parse_row(text: str) -> Any:
     """A framework.yaml's data, parsed once per text: the table is read afresh from the files on every load,
@@ -218,7 +222,12 @@ def load_row(folder: Path) -> Framework:
     path = folder / FRAMEWORK_FILE
     where = f"{folder.parent.name}/{folder.name}/{FRAMEWORK_FILE}"
     try:
-        data = copy.deepcopy(_parse_row(path.read_text(encoding="utf-8")))
+        with path.open("rb") as handle:
+            raw, size = handle.read(MAX_ROW_BYTES + 1), os.fstat(handle.fileno()).st_size
+        if len(raw) > MAX_ROW_BYTES:
+            raise TableError(f"{where}: is {max(size, len(raw)) / 2**20:.1f} MiB; a framework.yaml is at most "
+                             f"{MAX_ROW_BYTES >> 20} MiB (remove generated content)")
+        data = copy.deepcopy(_parse_row(raw.decode("utf-8")))
     except (OSError, UnicodeDecodeError) as exc:
         raise TableError(f"{where}: cannot read it ({exc})") from None
     except yaml.YAMLError as exc:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
+from buildtool.common.refs import shown
 from buildtool.registry.transport import CHUNK, BodyInterrupted, Response, Sink, in_memory, write_to_sink
 
 
@@ -204,7 +205,7 @@ def _annotations_problem(notes: Any) -> str:
     if not isinstance(notes, dict):
         return f"are {_kind(notes)}, not an object"
     wrong = next((key for key, value in notes.items() if not isinstance(value, str)), None)
-    return "" if wrong is None else f"give {wrong!r} {_kind(notes[wrong])}, not a string"
+    return "" if wrong is None else f"give {shown(wrong)} {_kind(notes[wrong])}, not a string"
 
 
 _TITLE = re.compile(r"<title[^>]*>([^<]*)</title>", re.IGNORECASE)

@@ -178,10 +178,16 @@ def server_message(response: Response) -> str:
     return one_line("; ".join(parts))[:300]     # one line: a message may hold newlines
 
 
+def without_query(url: str) -> str:
+    """`url` as messages show it: URLs never carry credentials here, but the query string (upload state) is stripped
+    anyway (RegistryClient._safe is this)."""
+    return url.split("?", 1)[0]
+
+
 def rate_limited(method: str, url: str, response: Any, detail: str) -> RateLimited:
     """429 (or 503) that waiting within this command's bounds did not cure: the host that answered and
-    its own words (Docker Hub's explain its pull limit). `url` without its query string (upload state)."""
-    status, url = response.status_code, url.split("?", 1)[0]
+    its own words (Docker Hub's explain its pull limit). `url` without its query string (without_query)."""
+    status, url = response.status_code, without_query(url)
     said = server_message(response)
     if status == 429:
         who = getattr(response, "answered_by", "") or urlsplit(url).netloc

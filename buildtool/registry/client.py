@@ -40,7 +40,7 @@ from buildtool.common import refs
 from buildtool.common.errors import FailedError
 from buildtool.common.urls import no_netrc
 from buildtool.registry import answers, tools
-from buildtool.registry.auth import HostAuth, Triple, needed_scopes, rate_limited
+from buildtool.registry.auth import HostAuth, Triple, needed_scopes, rate_limited, without_query
 from buildtool.registry.call_errors import (
     NotFound,
     RegistryAuthError,
@@ -310,10 +310,7 @@ class RegistryClient:
                 raise
         return response
 
-    @staticmethod
-    def _safe(url: str) -> str:
-        """URLs never carry credentials here, but strip query strings (upload state) anyway."""
-        return url.split("?", 1)[0]
+    _safe = staticmethod(without_query)    # URLs never carry credentials here; query strings (upload state) go anyway
 
     # -- API -------------------------------------------------------------------------------
 

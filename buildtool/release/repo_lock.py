@@ -15,12 +15,14 @@ from collections.abc import Callable
 from email.utils import parsedate_to_datetime
 
 from buildtool.common.processes import pid_alive
+from buildtool.common.refs import shown_plain
 from buildtool.contracts import label_keys, names
 from buildtool.registry import answers
 from buildtool.registry.client import (
     EMPTY_JSON,
     EMPTY_JSON_TYPE,
     MANIFEST_TYPES,
+    MAX_MANIFEST_BYTES,
     OCI_MANIFEST,
     RegistryClient,
     RegistryError,
@@ -99,9 +101,12 @@ class RepoLock:
     def _read(self) -> tuple[tuple[str, dict[str, str]] | None, float]:
         """The record the lock tag names (its digest and annotations; None when there is none) and the registry's
         time of that answer (its Date): expiries are written and judged by the registry's clock, one for every
-        release, so a machine whose clock is ahead does not take a live lock as expired."""
+        release, so a machine whose clock is ahead does not take a live lock as expired. Read to MAX_MANIFEST_BYTES,
+        as every manifest is."""
+        whole = answers.WholeBody(MAX_MANIFEST_BYTES, lambda size: self._unreadable(
+            f"its manifest is {size}, over the {MAX_MANIFEST_BYTES}-byte limit on a manifest; not read further"))
         response = self.client.request("GET", f"{self.repo}/manifests/{LOCK_TAG}", ok=(200, 404), repo=self.repo,
-                                       headers=_ACCEPT)
+                                       headers=_ACCEPT, sink=whole)
         date = response.headers.get("Date") or ""
         try:
             now = parsedate_to_datetime(date).timestamp()
@@ -111,7 +116,7 @@ class RepoLock:
                                 "registry's clock; is a proxy in front of it dropping the header?") from None
         if response.status_code == 404:
             return None, now
-        body = response.content
+        body = whole.data
         problem = answers.manifest_problem(body)
         if problem:
             raise self._unreadable(f"it is no manifest ({problem})")
@@ -178,9 +183,9 @@ class RepoLock:
                     log.info("release lock of %s taken by another release; waiting", self.repo)
                 elif time.monotonic() > deadline:
                     info = holder[1]
-                    raise LockBusy(f"{self.repo} is being released by {info.get(label_keys.LOCK_HOST)} "
+                    raise LockBusy(f"{self.repo} is being released by {shown_plain(info.get(label_keys.LOCK_HOST))} "
                                    f"pid {info.get(label_keys.LOCK_PID)} "
-                                   f"({info.get(label_keys.LOCK_PURPOSE)}); retry when it has finished")
+                                   f"({shown_plain(info.get(label_keys.LOCK_PURPOSE))}); retry when it has finished")
                 time.sleep(self.poll_s)
         except BaseException:
             with _ACTIVE_GUARD:

@@ -31,6 +31,7 @@ from buildtool.attest.intoto import (
 )
 from buildtool.attest.referrers import Payload, Referrer, attach
 from buildtool.attest.trust import BUILDER, Trusted
+from buildtool.common.refs import shown_plain
 from buildtool.contracts import label_keys
 from buildtool.contracts.names import SBOM_ATTESTATION_TYPE
 from buildtool.registry.client import RegistryClient, RegistryError, sha256_digest
@@ -154,7 +155,7 @@ def _cyclonedx(document: dict[str, Any], digest: str) -> dict[str, Any] | str:
         return f"malformed: the predicate's {problem}"
     described = ((document.get("metadata") or {}).get("component") or {}).get("version")
     if described != digest:
-        return f"mismatched: the SBOM describes {described}, not {digest}"
+        return f"mismatched: the SBOM describes {shown_plain(described)}, not {digest}"
     return document
 
 
