@@ -74,7 +74,7 @@ def sweep(log: Callable[[str], None] = _stderr) -> list[str]:
             continue
         name, owner, run_id = parts
         who, _, pid = owner.rpartition(":")
-        if who == host and pid.isdigit() and not pid_alive(int(pid)):
+        if who == host and pid.isascii() and pid.isdigit() and not pid_alive(int(pid)):
             remove(name, run_id, log)
             removed.append(name)
     return removed
