@@ -465,3 +465,21 @@ def test_a_manifest_annotation_key_of_the_wrong_value_type_is_named_bounded() ->
     problem = manifest_problem(json.dumps({"schemaVersion": 2, "annotations": {key: 5}}).encode())
     assert problem == f"its annotations give {ascii(key[:80])}... (1000000 characters) a JSON number, not a string"
     assert manifest_problem(b'{"annotations": {"a": 5}}') == "its annotations give 'a' a JSON number, not a string"
+
+
+def test_a_content_length_of_digits_that_are_not_ascii_is_read_as_none_never_a_traceback() -> None:
+    """A Content-Length of '²' (latin-1 0xb2, as a broken proxy may send) passed str.isdigit, and int('²') raised
+    ValueError out of the transport, a traceback for every registry command. http.client reads such a length as
+    none (the body ends when the connection closes); so does the transport now."""
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": "sha256:" + "a" * 64,
+                           "size": 2}, "layers": []}
+    body = json.dumps(manifest).encode()
+    server, _ = _manifest_server(body, "\u00b2")
+    host = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        raw, _media_type, _digest = client(host).get_manifest("r", "t")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert json.loads(raw) == manifest

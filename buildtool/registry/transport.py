@@ -176,7 +176,8 @@ class LoopbackTransport:
             while chunk := resp.read1(CHUNK) or resp.read():
                 write_to_sink(write, chunk)      # a SinkWriteError is no OSError: it passes the handlers below
                 got += len(chunk)
-            short = method != "HEAD" and declared is not None and declared.isdigit() and got < int(declared)
+            known = declared is not None and declared.isascii() and declared.isdigit()   # else none, as http.client
+            short = method != "HEAD" and known and got < int(declared or 0)
             why = f"closed after {got} of {declared} bytes" if short else ""
         except TimeoutError as exc:
             why = f"timed out after {got} bytes ({exc})"
