@@ -250,3 +250,16 @@ def test_nccl_230_rail_and_plane_fields_are_read_apart_from_the_device() -> None
     assert nccl_log.matches_hca("mlx5_0:1", "mlx5_0:1:0:1", exact=True)
     assert not nccl_log.matches_hca("mlx5_0:2", "mlx5_0:1:0:1")
     assert nccl_log.hca_count("mlx5_0:1:0:1,mlx5_1:1:1", list(proc.devices["IB"].values())) == 2
+
+
+def test_aws_ofi_nccl_before_1_6_names_its_provider_without_a_nic_count() -> None:
+    """aws-ofi-nccl v1.0 to v1.5 print `NET/OFI Selected Provider is %s` with no `(found N nics)` (src/nccl_ofi_net.c
+    at v1.5.0-aws; determined-ai/environments#169 shows `NCCL INFO NET/OFI Selected Provider is cxi` on Slingshot);
+    the line was not read, so `Using network AWS Libfabric` on the cxi or tcp provider passed as EFA."""
+    lines = ("nid000019:51404:52019 [0] NCCL INFO NET/OFI Selected Provider is {}\n"
+             "nid000019:51404:52019 [0] NCCL INFO Using network AWS Libfabric\n")
+    cxi = nccl_log.read(lines.format("cxi")).processes[("nid000019", "51404")]
+    assert cxi.ofi_provider == "cxi" and cxi.families == [nccl_log.UNKNOWN] and cxi.ofi_nics is None
+    assert nccl_log.read(lines.format("tcp")).families() == [nccl_log.SOCKET]
+    efa = nccl_log.read(lines.format("efa")).processes[("nid000019", "51404")]
+    assert efa.families == [nccl_log.EFA] and efa.listed_nics() is None and efa.why == []

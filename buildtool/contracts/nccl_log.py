@@ -22,9 +22,10 @@ The formats, from NCCL's own source (NVIDIA/nccl, v2.18 to v2.30; tests/fixtures
   `NET/IB : No device found.`, and from v2.27 (TRACE before)
   `NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000 ...` (the port's rate, Mb/s).
 - aws-ofi-nccl: `NET/OFI Selected provider is efa, fabric is efa-direct (found 16 nics)` (older:
-  `Selected Provider is efa (found 4 nics)`). The plugin runs on any libfabric provider (`tcp`, `tcp;ofi_rxm`
-  where EFA is missing or FI_PROVIDER names it: src/nccl_ofi_ofiutils.cpp), under the same network name: a
-  process whose provider is not EFA's is of the provider's family (tcp: Socket), never EFA.
+  `Selected Provider is efa (found 4 nics)`; v1.0 to v1.5 `Selected Provider is efa`). The plugin runs on any
+  libfabric provider (`tcp`, `tcp;ofi_rxm` where EFA is missing or FI_PROVIDER names it, `cxi` on Slingshot:
+  src/nccl_ofi_ofiutils.cpp), under the same network name: a process whose provider is not EFA's is of the
+  provider's family (tcp: Socket), never EFA.
 
 Several processes writing to one pipe glue lines together: `...Using netgpu-a01:4128:4191 [1] NCCL INFO ...`.
 A physical line is split at every NCCL prefix; every piece but the last is a cut record and is dropped
@@ -68,8 +69,9 @@ _IB_NAME = re.compile(r"(?P<dev>[^:]+:[^:]+)(?::(?P<rail>-?\d*)(?::(?P<plane>-?\
 _IB_SPEED = re.compile(r"NET/IB ?: \[(?P<i>\d+)\] (?P<dev>[^:\s]+):[^:\s]+:(?P<port>\d+)/\S+ .*\bspeed=(?P<mbps>\d+)")
 _SOCKET_USING = re.compile(r"NET/Socket ?: Using (?P<devs>.*)$")
 _SOCKET_DEV = re.compile(r"\[(?P<i>\d+)\](?P<name>[^:\s]+):")
-_OFI = re.compile(r"NET/OFI Selected [Pp]rovider is (?P<provider>[^,\s]+)(?:, fabric is (?P<fabric>\S+))? "
-                  r"\(found (?P<nics>\d+) nics?\)")
+# v1.0 to v1.5 print `Selected Provider is efa` alone (no NIC count).
+_OFI = re.compile(r"NET/OFI Selected [Pp]rovider is (?P<provider>[^,\s]+)(?:, fabric is (?P<fabric>\S+))?"
+                  r"(?: \(found (?P<nics>\d+) nics?\))?")
 _RANK = re.compile(r"\bcomm 0x[0-9a-fA-F]+ rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<cuda>-?\d+)")
 _PLUGIN = re.compile(r"NET/Plugin ?: Loaded net plugin (?P<name>.+?) \(v\d+\)\s*$")
 # NCCL's own words for why a network was not used: quoted in a refusal.
@@ -239,7 +241,7 @@ def _record(proc: Process, body: str) -> None:
     elif found := _SOCKET_USING.match(body):
         proc.devices[SOCKET] = {int(d["i"]): d["name"] for d in _SOCKET_DEV.finditer(found["devs"])}
     elif found := _OFI.search(body):
-        proc.ofi_nics = int(found["nics"])
+        proc.ofi_nics = int(found["nics"]) if found["nics"] else proc.ofi_nics
         proc.ofi_provider = found["provider"].lower()
         if not proc.ofi_provider.startswith("efa") and body not in proc.why:   # why it was not EFA
             proc.why.append(body)
