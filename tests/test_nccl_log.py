@@ -263,3 +263,16 @@ def test_aws_ofi_nccl_before_1_6_names_its_provider_without_a_nic_count() -> Non
     assert nccl_log.read(lines.format("tcp")).families() == [nccl_log.SOCKET]
     efa = nccl_log.read(lines.format("efa")).processes[("nid000019", "51404")]
     assert efa.families == [nccl_log.EFA] and efa.listed_nics() is None and efa.why == []
+
+
+def test_the_socket_threads_line_keeps_the_socket_devices_listed() -> None:
+    """NCCL prints `NET/Socket: Using %d threads and %d sockets per thread` when it connects (src/transport/
+    net_socket.cc, ncclNetSocketGetNsockNthread; on AWS and GCP NICs by default), after `NET/Socket : Using
+    [0]eth0:...`: it was read as a device list of none, so the interfaces listed were lost and the summary named
+    NET/Socket/0 instead of eth0."""
+    text = "".join(f"gpu-a01:4128:4191 [1] NCCL INFO {line}\n" for line in (
+        "NET/Socket : Using [0]ens5:172.31.0.112<0>", "Using network Socket",
+        "NET/Socket: Using 2 threads and 8 sockets per thread",
+        "Channel 00/0 : 1[1] -> 2[0] [send] via NET/Socket/0"))
+    proc = nccl_log.read(text).processes[("gpu-a01", "4128")]
+    assert proc.devices["Socket"] == {0: "ens5"} and proc.used_devices() == ["ens5"]

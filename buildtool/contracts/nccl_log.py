@@ -67,7 +67,8 @@ _IB_DEV = re.compile(r"\[(?P<i>\d+)\](?P<name>[^/\s\[]+)/(?P<link>[A-Za-z]+)")
 # Its name: HCA:PORT, then (NCCL >= 2.30) `:RAIL`, `:RAIL:PLANE` or `::PLANE` where NCCL_IB_HCA gave them.
 _IB_NAME = re.compile(r"(?P<dev>[^:]+:[^:]+)(?::(?P<rail>-?\d*)(?::(?P<plane>-?\d+))?)?")
 _IB_SPEED = re.compile(r"NET/IB ?: \[(?P<i>\d+)\] (?P<dev>[^:\s]+):[^:\s]+:(?P<port>\d+)/\S+ .*\bspeed=(?P<mbps>\d+)")
-_SOCKET_USING = re.compile(r"NET/Socket ?: Using (?P<devs>.*)$")
+# `NET/Socket: Using 2 threads and 8 sockets per thread` (net_socket.cc, at connect) lists no device.
+_SOCKET_USING = re.compile(r"NET/Socket ?: Using (?P<devs>\[.*)$")
 _SOCKET_DEV = re.compile(r"\[(?P<i>\d+)\](?P<name>[^:\s]+):")
 # v1.0 to v1.5 print `Selected Provider is efa` alone (no NIC count).
 _OFI = re.compile(r"NET/OFI Selected [Pp]rovider is (?P<provider>[^,\s]+)(?:, fabric is (?P<fabric>\S+))?"
