@@ -276,3 +276,22 @@ def test_the_socket_threads_line_keeps_the_socket_devices_listed() -> None:
         "Channel 00/0 : 1[1] -> 2[0] [send] via NET/Socket/0"))
     proc = nccl_log.read(text).processes[("gpu-a01", "4128")]
     assert proc.devices["Socket"] == {0: "ens5"} and proc.used_devices() == ["ens5"]
+
+
+def test_a_port_speed_change_during_the_run_is_its_rate() -> None:
+    """From NCCL 2.30.7 (NVIDIA/nccl fdf50c5e, net_ib/common.cc) the IB async thread prints `NET/IB : %s:%d speed
+    change detected: %d -> %s Mbps` when a port retrains; it was not read, so an NDR port that fell to 100 Gb/s
+    after init kept its 400 Gb/s and the rate check (--fabric-rate NDR) passed it."""
+    from buildtool.launch import verify_ddp
+
+    text = "".join(f"gpu-a01:4127:4190 [0] NCCL INFO {line}\n" for line in (
+        "NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000 context=0x1 pciPath=/sys/x ar=1 oooRqSize=0",
+        "NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB eth0:10.0.0.1<0>", "Using network IB",
+        "Channel 00/0 : 3[1] -> 0[0] [receive] via NET/IB/0/GDRDMA",
+        "NET/IB : mlx5_0:1 speed change detected: 400000 -> 100000 Mbps",
+        "NET/IB : mlx5_0:1 speed change detected: 100000 -> N/A Mbps"))
+    log = nccl_log.read(text)
+    assert log.processes[("gpu-a01", "4127")].speeds_gbits == {"mlx5_0:1": 100.0}
+    assert verify_ddp.transport_problems(log, {"DDP_FABRIC_RATE": "NDR"}) == [
+        "NCCL reports port(s) slower than NDR 400 Gb/s, the rate the job declared (--fabric-rate NDR): mlx5_0:1 at "
+        "100 Gb/s (a link trained down: cable, transceiver or switch port)"]

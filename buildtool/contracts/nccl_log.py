@@ -20,7 +20,8 @@ The formats, from NCCL's own source (NVIDIA/nccl, v2.18 to v2.30; tests/fixtures
   or plane (`mlx5_0:1:0:1`, HCA:PORT:RAIL:PLANE) is listed with them, `[0]mlx5_0:1:0/IB` (rail),
   `[0]mlx5_0:1:0:1/IB` (both), `[0]mlx5_0:1::1/IB` (plane): the device is still `mlx5_0:1`;
   `NET/IB : No device found.`, and from v2.27 (TRACE before)
-  `NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000 ...` (the port's rate, Mb/s).
+  `NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000 ...` (the port's rate, Mb/s); from v2.30.7
+  `NET/IB : mlx5_0:1 speed change detected: 400000 -> 100000 Mbps` when a port retrains during the run.
 - aws-ofi-nccl: `NET/OFI Selected provider is efa, fabric is efa-direct (found 16 nics)` (older:
   `Selected Provider is efa (found 4 nics)`; v1.0 to v1.5 `Selected Provider is efa`). The plugin runs on any
   libfabric provider (`tcp`, `tcp;ofi_rxm` where EFA is missing or FI_PROVIDER names it, `cxi` on Slingshot:
@@ -67,6 +68,9 @@ _IB_DEV = re.compile(r"\[(?P<i>\d+)\](?P<name>[^/\s\[]+)/(?P<link>[A-Za-z]+)")
 # Its name: HCA:PORT, then (NCCL >= 2.30) `:RAIL`, `:RAIL:PLANE` or `::PLANE` where NCCL_IB_HCA gave them.
 _IB_NAME = re.compile(r"(?P<dev>[^:]+:[^:]+)(?::(?P<rail>-?\d*)(?::(?P<plane>-?\d+))?)?")
 _IB_SPEED = re.compile(r"NET/IB ?: \[(?P<i>\d+)\] (?P<dev>[^:\s]+):[^:\s]+:(?P<port>\d+)/\S+ .*\bspeed=(?P<mbps>\d+)")
+# NCCL >= 2.30.7 (net_ib/common.cc): a port that retrains during the run; its lowest rate is kept (N/A: unread).
+_IB_SPEED_CHANGE = re.compile(r"NET/IB ?: (?P<dev>[^:\s]+):(?P<port>\d+) speed change detected: \S+ -> "
+                              r"(?P<mbps>\d+) Mbps")
 # `NET/Socket: Using 2 threads and 8 sockets per thread` (net_socket.cc, at connect) lists no device.
 _SOCKET_USING = re.compile(r"NET/Socket ?: Using (?P<devs>\[.*)$")
 _SOCKET_DEV = re.compile(r"\[(?P<i>\d+)\](?P<name>[^:\s]+):")
@@ -239,6 +243,9 @@ def _record(proc: Process, body: str) -> None:
         proc.devices[IB] = {int(d["i"]): _ib_device(proc, d["name"]) for d in _IB_DEV.finditer(found["devs"])}
     elif found := _IB_SPEED.match(body):
         proc.speeds_gbits[f"{found['dev']}:{found['port']}"] = int(found["mbps"]) / 1000
+    elif found := _IB_SPEED_CHANGE.match(body):
+        key = f"{found['dev']}:{found['port']}"
+        proc.speeds_gbits[key] = min(int(found["mbps"]) / 1000, proc.speeds_gbits.get(key, float("inf")))
     elif found := _SOCKET_USING.match(body):
         proc.devices[SOCKET] = {int(d["i"]): d["name"] for d in _SOCKET_DEV.finditer(found["devs"])}
     elif found := _OFI.search(body):
