@@ -502,6 +502,20 @@ def test_an_unknown_fabric_rate_stops_the_check_before_it_runs_naming_the_known_
                                   "rate; one of ") and proc.stderr.count("\n") == 1, proc.stderr
 
 
+@pytest.mark.parametrize(("name", "value", "said"), [
+    ("DDP_EXPECT_GDR", "true", "DDP_EXPECT_GDR='true' is neither 1 (--require-gdr) nor empty"),
+    ("DDP_EXPECT_TRANSPORT", "ib", "DDP_EXPECT_TRANSPORT='ib' is no fabric the check knows (IB or EFA, or empty)"),
+])
+def test_a_fabric_expectation_of_another_value_stops_the_check_before_it_runs(tmp_path: Path, name: str, value: str,
+                                                                             said: str) -> None:
+    """The launcher writes DDP_EXPECT_GDR as 1 or empty and DDP_EXPECT_TRANSPORT as IB, EFA or empty; an edited job's
+    DDP_EXPECT_GDR=true skipped the GPUDirect RDMA check without a word, and DDP_EXPECT_TRANSPORT=ib failed a healthy
+    IB fabric after the run saying NCCL loaded another network plugin."""
+    proc = run_verifier(tmp_path, "ib.log", 46.0, ib_job(require_gdr=True), **{name: value})
+    assert (proc.returncode, proc.stdout) == (1, ""), proc.stdout
+    assert proc.stderr == f"DDP check failed: {said}\n", proc.stderr
+
+
 @pytest.mark.parametrize(("subsys", "refused"), [
     ("^NET,INIT", True), ("^init", True), ("^ALL", True), ("INIT,^NET", False),
     ("^NET", False), ("^COLL,GRAPH", False), ("init", False), ("ALL", False), ("COLL,NET", True),

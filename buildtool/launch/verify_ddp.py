@@ -436,6 +436,12 @@ def check_fabric_settings() -> None:
     for name in ("DDP_GPUS_PER_NODE", "DDP_FABRIC_NICS"):
         if os.environ.get(name):
             count_setting(name, os.environ[name])
+    gdr, want = os.environ.get("DDP_EXPECT_GDR", ""), os.environ.get("DDP_EXPECT_TRANSPORT", "")
+    if gdr not in ("", "1"):   # as the launcher writes them; another value was a check skipped or misjudged
+        sys.exit(f"DDP check failed: DDP_EXPECT_GDR={gdr[:40]!r} is neither 1 (--require-gdr) nor empty")
+    if want not in ("", nccl_log.IB, nccl_log.EFA):
+        sys.exit(f"DDP check failed: DDP_EXPECT_TRANSPORT={want[:40]!r} is no fabric the check knows (IB or EFA, or "
+                 "empty)")
     if os.environ.get("DDP_FABRIC_RATE"):
         try:
             busbw.link_rate(os.environ["DDP_FABRIC_RATE"])
