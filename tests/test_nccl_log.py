@@ -295,3 +295,24 @@ def test_a_port_speed_change_during_the_run_is_its_rate() -> None:
     assert verify_ddp.transport_problems(log, {"DDP_FABRIC_RATE": "NDR"}) == [
         "NCCL reports port(s) slower than NDR 400 Gb/s, the rate the job declared (--fabric-rate NDR): mlx5_0:1 at "
         "100 Gb/s (a link trained down: cable, transceiver or switch port)"]
+
+
+def test_a_fused_nic_is_the_devices_nccl_fused_into_it() -> None:
+    """From NCCL 2.24 (6aae3792) the ports of one card are fused by default (NCCL_NET_MERGE_LEVEL=PORT) into a
+    virtual NIC numbered after the listed ones, `NET/IB : Made virtual device [%d] name=%s speed=%d ndevs=%d`
+    (net_ib.cc; 2.29 adds ` rail=%d plane=%d`; names joined by +), and the channels name that index: `NET/IB/2` was
+    read as one NIC of no name, so a node using both ports failed the NIC check ("NCCL used 1 NIC(s) ... not the 2
+    asked for")."""
+    from buildtool.launch import verify_ddp
+
+    text = "".join(f"gpu-a01:4127:4190 [0] NCCL INFO {line}\n" for line in (
+        "NET/IB : Made virtual device [0] name=mlx5_0 speed=400000 ndevs=1",
+        "NET/IB : Made virtual device [1] name=mlx5_1 speed=400000 ndevs=1",
+        "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB eth0:10.0.0.1<0>", "Using network IB",
+        "NET/IB : Made virtual device [2] name=mlx5_0+mlx5_1 speed=800000 ndevs=2",
+        "Channel 00/0 : 3[1] -> 0[0] [receive] via NET/IB/2/GDRDMA",
+        "Channel 01/0 : 0[0] -> 1[1] [send] via NET/IB/2/GDRDMA"))
+    log = nccl_log.read(text)
+    assert log.processes[("gpu-a01", "4127")].used_devices() == ["mlx5_0:1", "mlx5_1:1"]
+    env = {"NCCL_IB_HCA": "mlx5_0:1,mlx5_1:1", "DDP_GPUS_PER_NODE": "2", "DDP_EXPECT_TRANSPORT": "IB"}
+    assert verify_ddp.transport_problems(log, env) == []

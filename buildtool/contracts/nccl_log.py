@@ -71,6 +71,8 @@ _IB_SPEED = re.compile(r"NET/IB ?: \[(?P<i>\d+)\] (?P<dev>[^:\s]+):[^:\s]+:(?P<p
 # NCCL >= 2.30.7 (net_ib/common.cc): a port that retrains during the run; its lowest rate is kept (N/A: unread).
 _IB_SPEED_CHANGE = re.compile(r"NET/IB ?: (?P<dev>[^:\s]+):(?P<port>\d+) speed change detected: \S+ -> "
                               r"(?P<mbps>\d+) Mbps")
+# NCCL >= 2.24: ports of one card fused into a virtual NIC, numbered after the listed devices (names joined by +).
+_IB_VNIC = re.compile(r"NET/IB ?: Made virtual device \[(?P<i>\d+)\] name=(?P<names>\S+) speed=\S+ ndevs=(?P<n>\d+)")
 # `NET/Socket: Using 2 threads and 8 sockets per thread` (net_socket.cc, at connect) lists no device.
 _SOCKET_USING = re.compile(r"NET/Socket ?: Using (?P<devs>\[.*)$")
 _SOCKET_DEV = re.compile(r"\[(?P<i>\d+)\](?P<name>[^:\s]+):")
@@ -128,6 +130,7 @@ class Process:
     speeds_gbits: dict[str, float] = field(default_factory=dict)   # IB device -> port rate (NCCL >= 2.27)
     # IB device -> the (rail, plane) NCCL_IB_HCA gave it, None where it gave none (NCCL >= 2.30); absent: neither
     ib_rails: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)
+    fused: dict[int, list[str]] = field(default_factory=dict)   # IB virtual NIC index -> its HCAs (NCCL >= 2.24)
     ofi_nics: int | None = None
     ofi_provider: str = ""                                  # aws-ofi-nccl's libfabric provider (efa, tcp, ...)
     plugin: str = ""
@@ -161,9 +164,14 @@ class Process:
         return SOCKET if self.ofi_provider.startswith(("tcp", "sockets")) else UNKNOWN
 
     def used_devices(self) -> list[str]:
-        """The devices its NET channels used, by name where NCCL listed them (else NET/NAME/INDEX)."""
-        found = {(c.network, c.device) for c in self.channels}
-        return sorted(self.devices.get(family_of(net), {}).get(i, f"NET/{net}/{i}") for net, i in found)
+        """The devices its NET channels used, by name where NCCL listed them (a fused NIC: the listed devices of its
+        HCAs), else NET/NAME/INDEX."""
+        used: set[str] = set()
+        for net, i in {(c.network, c.device) for c in self.channels}:
+            listed = self.devices.get(family_of(net), {})
+            hcas = self.fused.get(i, []) if family_of(net) == IB and i not in listed else []
+            used |= {d for d in listed.values() if d.partition(":")[0] in hcas} or {listed.get(i, f"NET/{net}/{i}")}
+        return sorted(used)
 
     def listed_nics(self) -> int | None:
         """How many devices NCCL listed for its network: `NET/IB : Using [0]... [n]...`, or aws-ofi-nccl's
@@ -243,6 +251,9 @@ def _record(proc: Process, body: str) -> None:
         proc.devices[IB] = {int(d["i"]): _ib_device(proc, d["name"]) for d in _IB_DEV.finditer(found["devs"])}
     elif found := _IB_SPEED.match(body):
         proc.speeds_gbits[f"{found['dev']}:{found['port']}"] = int(found["mbps"]) / 1000
+    elif found := _IB_VNIC.match(body):
+        if int(found["n"]) > 1:
+            proc.fused[int(found["i"])] = found["names"].split("+")
     elif found := _IB_SPEED_CHANGE.match(body):
         key = f"{found['dev']}:{found['port']}"
         proc.speeds_gbits[key] = min(int(found["mbps"]) / 1000, proc.speeds_gbits.get(key, float("inf")))
