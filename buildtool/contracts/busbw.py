@@ -14,6 +14,7 @@ so a figure below a quarter means NCCL is not using the link (wrong topology, P2
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 import statistics
 from collections.abc import Mapping
@@ -337,6 +338,8 @@ def problems(peak: float, floor: float | None, floor_model: str, baseline: Mappi
     """Why a measured peak fails: a fault of the runner's links (Floor.fault), under the floor, or fallen more
     than MAX_FALL below the window's median."""
     found = [fault] if fault else []
+    if not math.isfinite(peak):   # JSON reads NaN (below no floor) and Infinity (above every one): no measurement
+        return [*found, f"peak {peak} GB/s is no measurement (not a finite number of GB/s)"]
     if floor is not None and peak < floor:
         found.append(f"peak {peak:.1f} GB/s is below the floor {floor:g} GB/s for {floor_model}")
     median = baseline.get("median_GBps")
