@@ -554,3 +554,19 @@ def test_a_job_pinning_nccl_net_aws_libfabric_is_generated_and_its_efa_log_passe
     assert proc.returncode == 0, proc.stderr
     assert "EFA (NET/AWS Libfabric) in 2 process(es) (ranks 0-1)" in proc.stdout
     assert "GPUDirect RDMA on (4 of 4 NET channels)" in proc.stdout and "transport EFA" in proc.stdout
+
+
+def test_the_log_folder_the_verifier_made_is_removed_once_read(tmp_path: Path) -> None:
+    """Without DDP_NCCL_LOG_DIR the verifier makes a folder under the temporary directory for NCCL's files and left it
+    there after every run: under SLURM's default runtime (apptainer, which binds the node's /tmp) each job left
+    /tmp/nccl-* with its logs on every node. The logs are printed into the job's output first; a folder the job
+    names is kept."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    proc = run_verifier(tmp_path, "ib.log", 46.0, ib_job(), DDP_NCCL_LOG_DIR="", TMPDIR=str(temp))
+    assert proc.returncode == 0, proc.stderr
+    assert "verify_ddp.py: NCCL log nccl.gpu-a01.4127.log (10 lines)" in proc.stdout
+    assert list(temp.iterdir()) == []
+    (tmp_path / "kept").mkdir()
+    kept = run_verifier(tmp_path / "kept", "ib.log", 46.0, ib_job())
+    assert kept.returncode == 0 and list((tmp_path / "kept" / "nccl").glob("nccl.*.log"))
