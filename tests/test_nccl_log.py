@@ -316,3 +316,14 @@ def test_a_fused_nic_is_the_devices_nccl_fused_into_it() -> None:
     assert log.processes[("gpu-a01", "4127")].used_devices() == ["mlx5_0:1", "mlx5_1:1"]
     env = {"NCCL_IB_HCA": "mlx5_0:1,mlx5_1:1", "DDP_GPUS_PER_NODE": "2", "DDP_EXPECT_TRANSPORT": "IB"}
     assert verify_ddp.transport_problems(log, env) == []
+
+
+def test_hca_entries_with_an_empty_name_or_port_are_read_as_nccl_reads_them() -> None:
+    """NCCL's parseStringList (src/misc/utils.cc) drops an entry whose name is empty (`:1`) and reads an empty port
+    (`mlx5_0:`) as any port (-1, which matchPort takes for every port). `:1` counted as a NIC asked for, so a node
+    whose one named NIC carried every channel failed the NIC check, and `mlx5_0:` matched no port, so the check
+    named the NIC NCCL used as unused."""
+    assert nccl_log.asked_hcas(":1,mlx5_0") == ["mlx5_0"]
+    assert nccl_log.hca_count(":1,mlx5_0", ["mlx5_0:1", "mlx5_1:1"]) == 1
+    assert nccl_log.matches_hca("mlx5_0:1", "mlx5_0:") and nccl_log.matches_hca("mlx5_0:2", "mlx5_0::0")
+    assert not nccl_log.matches_hca("mlx5_1:1", "mlx5_0:")

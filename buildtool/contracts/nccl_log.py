@@ -347,7 +347,7 @@ def asked_hcas(value: str) -> list[str] | None:
     value = value.strip()
     if not value or value.startswith("^"):
         return None
-    return [entry for entry in value.removeprefix("=").split(",") if entry]
+    return [entry for entry in value.removeprefix("=").split(",") if entry.partition(":")[0]]   # `:1`: no entry
 
 
 def hca_exact(value: str) -> bool:
@@ -359,11 +359,12 @@ def hca_exact(value: str) -> bool:
 def matches_hca(device: str, entry: str, exact: bool = False) -> bool:
     """Whether an NCCL_IB_HCA entry (`mlx5_0`, `mlx5_0:1`; from NCCL 2.30 also `mlx5_0:1:RAIL:PLANE`) names DEVICE
     (`mlx5_0:1`), as NCCL matches: by prefix of the device name (`mlx5` is every mlx5_N), exactly under `=`, and the
-    port when the entry names one (a rail or plane after it does not take part, utils.cc matchIfList)."""
+    port when the entry names one (`mlx5_0:` names none; a rail or plane after it does not take part, utils.cc
+    parseStringList, matchIfList)."""
     name, _, port = device.partition(":")
-    want_name, sep, rest = entry.partition(":")
+    want_name, _, rest = entry.partition(":")
     want_port = rest.partition(":")[0]
-    return (name == want_name if exact else name.startswith(want_name)) and (not sep or want_port == port)
+    return (name == want_name if exact else name.startswith(want_name)) and want_port in ("", port)
 
 
 def hca_count(value: str, listed: list[str]) -> int:
