@@ -22,6 +22,7 @@ import yaml
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import busbw, nccl_log
+from buildtool.launch import verify_ddp
 from buildtool.launch.multinode import VERIFY_FILES, MultiNodeJob, NcclSettings, write_verifier
 
 REPO = Path(__file__).resolve().parent.parent
@@ -570,3 +571,24 @@ def test_the_log_folder_the_verifier_made_is_removed_once_read(tmp_path: Path) -
     (tmp_path / "kept").mkdir()
     kept = run_verifier(tmp_path / "kept", "ib.log", 46.0, ib_job())
     assert kept.returncode == 0 and list((tmp_path / "kept" / "nccl").glob("nccl.*.log"))
+
+
+def test_ports_slower_than_hdr_set_the_floor_when_no_rate_is_declared() -> None:
+    """With no --fabric-rate the IB floor took HDR's 200 Gb/s per NIC as the slowest rate, but the IB family is every
+    verbs NIC (RoCE at 100 GbE, EDR, HDR100): a healthy 100 Gb/s port (about 12 GB/s, 0.96 of its rate) was below
+    the floor of 12.5 GB/s. Where NCCL reported the ports' rate (`speed=100000`, NCCL 2.27+) a slower one is the
+    rate now; a declared rate and faster ports are judged as before."""
+    text = "".join(f"gpu-a01:4127:4190 [0] NCCL INFO {line}\n" for line in (
+        "NET/IB: [0] mlx5_0:uverbs0:1/RoCE provider=Mlx5 speed=100000 context=0x1 pciPath=/sys/x ar=0 oooRqSize=0",
+        "NET/IB : Using [0]mlx5_0:1/RoCE [RO]; OOB eth0:10.0.0.1<0>", "Using network IB",
+        "Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA"))
+    log = nccl_log.read(text)
+    result = {"busbw": {"peak_GBps": 11.5}}
+    problems: list[str] = []
+    said = verify_ddp.busbw_check(result, log, {"DDP_GPUS_PER_NODE": "1"}, problems)
+    assert problems == [] and said == (
+        ", cross-node bus bandwidth 11.5 GB/s over IB (floor 6.25 GB/s: 0.5 x 1 NIC(s) x the slowest port NCCL "
+        "reported 100 Gb/s (1 NIC(s): NCCL listed 1 on this node) (no rate declared: the slowest port rate NCCL "
+        "reported; declare --fabric-rate))")
+    verify_ddp.busbw_check(result, log, {"DDP_GPUS_PER_NODE": "1", "DDP_FABRIC_RATE": "HDR"}, problems)
+    assert problems and "below the floor 12.5 GB/s" in problems[0]

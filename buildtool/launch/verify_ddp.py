@@ -316,7 +316,8 @@ def busbw_check(result: dict[str, Any], log: nccl_log.Log | None, env: dict[str,
         count = max((p.listed_nics() or 0 for p in named), default=0)
         said = f"NCCL listed {count} on this node"
     gpus = count_setting("DDP_GPUS_PER_NODE", env.get("DDP_GPUS_PER_NODE") or "0")
-    floor = busbw.cross_node_floor(family, env.get("DDP_FABRIC_RATE", ""), count or None, said, gpus)
+    ports = min((gbits for p in named for gbits in p.speeds_gbits.values()), default=None)   # NCCL 2.27+
+    floor = busbw.cross_node_floor(family, env.get("DDP_FABRIC_RATE", ""), count or None, said, gpus, ports)
     if floor.floor_GBps is None:
         return f", cross-node bus bandwidth {peak:.1f} GB/s over {family} (no floor for {family}: {floor.how})"
     if peak < floor.floor_GBps:
