@@ -327,3 +327,12 @@ def test_hca_entries_with_an_empty_name_or_port_are_read_as_nccl_reads_them() ->
     assert nccl_log.hca_count(":1,mlx5_0", ["mlx5_0:1", "mlx5_1:1"]) == 1
     assert nccl_log.matches_hca("mlx5_0:1", "mlx5_0:") and nccl_log.matches_hca("mlx5_0:2", "mlx5_0::0")
     assert not nccl_log.matches_hca("mlx5_1:1", "mlx5_0:")
+
+
+def test_a_rail_that_is_no_number_is_no_traceback() -> None:
+    """NCCL prints a rail as `:%d` (net_ib/init.cc); a garbled `NET/IB : Using [0]mlx5_0:1:-/IB` (a lone minus sign,
+    which the rail's pattern `-?\\d*` took) ended the verifier in a ValueError traceback from int('-'); the entry is
+    now kept as the name it lists, with no rail."""
+    proc = nccl_log.read("h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1:-/IB ; OOB eth0:10.0.0.1<0>\n").processes[
+        ("h", "1")]
+    assert proc.devices["IB"] == {0: "mlx5_0:1:-"} and proc.ib_rails == {}

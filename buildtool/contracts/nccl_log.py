@@ -66,7 +66,7 @@ _NET_VIA = re.compile(r"NET/(?P<net>.+?)/(?P<dev>\d+)(?:\((?P<proxy>\d+)\))?(?P<
 _IB_USING = re.compile(r"NET/IB ?: Using (?P<devs>.*?);\s*OOB ")
 _IB_DEV = re.compile(r"\[(?P<i>\d+)\](?P<name>[^/\s\[]+)/(?P<link>[A-Za-z]+)")
 # Its name: HCA:PORT, then (NCCL >= 2.30) `:RAIL`, `:RAIL:PLANE` or `::PLANE` where NCCL_IB_HCA gave them.
-_IB_NAME = re.compile(r"(?P<dev>[^:]+:[^:]+)(?::(?P<rail>-?\d*)(?::(?P<plane>-?\d+))?)?")
+_IB_NAME = re.compile(r"(?P<dev>[^:]+:[^:]+)(?::(?P<rail>(?:-?\d+)?)(?::(?P<plane>-?\d+))?)?")
 _IB_SPEED = re.compile(r"NET/IB ?: \[(?P<i>\d+)\] (?P<dev>[^:\s]+):[^:\s]+:(?P<port>\d+)/\S+ .*\bspeed=(?P<mbps>\d+)")
 # NCCL >= 2.30.7 (net_ib/common.cc): a port that retrains during the run; its lowest rate is kept (N/A: unread).
 _IB_SPEED_CHANGE = re.compile(r"NET/IB ?: (?P<dev>[^:\s]+):(?P<port>\d+) speed change detected: \S+ -> "
