@@ -592,3 +592,17 @@ def test_ports_slower_than_hdr_set_the_floor_when_no_rate_is_declared() -> None:
         "reported; declare --fabric-rate))")
     verify_ddp.busbw_check(result, log, {"DDP_GPUS_PER_NODE": "1", "DDP_FABRIC_RATE": "HDR"}, problems)
     assert problems and "below the floor 12.5 GB/s" in problems[0]
+
+
+def test_a_port_that_drops_during_the_run_does_not_lower_the_floor() -> None:
+    """The floor takes a port rate below HDR from the rate NCCL listed the port at (`speed=`), as the fabric's own;
+    a later `speed change detected: 400000 -> 100000 Mbps` (NCCL 2.30.7) is the port failing, and lowered the floor
+    to the failed rate, so the run that suffered it passed."""
+    text = "".join(f"gpu-a01:4127:4190 [0] NCCL INFO {line}\n" for line in (
+        "NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000 context=0x1 pciPath=/sys/x ar=1 oooRqSize=0",
+        "NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB eth0:10.0.0.1<0>", "Using network IB",
+        "Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA",
+        "NET/IB : mlx5_0:1 speed change detected: 400000 -> 100000 Mbps"))
+    problems: list[str] = []
+    verify_ddp.busbw_check({"busbw": {"peak_GBps": 11.5}}, nccl_log.read(text), {"DDP_GPUS_PER_NODE": "1"}, problems)
+    assert len(problems) == 1 and "below the floor 12.5 GB/s (0.5 x 1 NIC(s) x HDR 200 Gb/s" in problems[0]

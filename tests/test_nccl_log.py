@@ -291,7 +291,7 @@ def test_a_port_speed_change_during_the_run_is_its_rate() -> None:
         "NET/IB : mlx5_0:1 speed change detected: 400000 -> 100000 Mbps",
         "NET/IB : mlx5_0:1 speed change detected: 100000 -> N/A Mbps"))
     log = nccl_log.read(text)
-    assert log.processes[("gpu-a01", "4127")].speeds_gbits == {"mlx5_0:1": 100.0}
+    assert log.processes[("gpu-a01", "4127")].retrained_gbits == {"mlx5_0:1": 100.0}
     assert verify_ddp.transport_problems(log, {"DDP_FABRIC_RATE": "NDR"}) == [
         "NCCL reports port(s) slower than NDR 400 Gb/s, the rate the job declared (--fabric-rate NDR): mlx5_0:1 at "
         "100 Gb/s (a link trained down: cable, transceiver or switch port)"]

@@ -68,7 +68,7 @@ _IB_DEV = re.compile(r"\[(?P<i>\d+)\](?P<name>[^/\s\[]+)/(?P<link>[A-Za-z]+)")
 # Its name: HCA:PORT, then (NCCL >= 2.30) `:RAIL`, `:RAIL:PLANE` or `::PLANE` where NCCL_IB_HCA gave them.
 _IB_NAME = re.compile(r"(?P<dev>[^:]+:[^:]+)(?::(?P<rail>(?:-?\d+)?)(?::(?P<plane>-?\d+))?)?")
 _IB_SPEED = re.compile(r"NET/IB ?: \[(?P<i>\d+)\] (?P<dev>[^:\s]+):[^:\s]+:(?P<port>\d+)/\S+ .*\bspeed=(?P<mbps>\d+)")
-# NCCL >= 2.30.7 (net_ib/common.cc): a port that retrains during the run; its lowest rate is kept (N/A: unread).
+# NCCL >= 2.30.7 (net_ib/common.cc): a port that retrains during the run; its lowest rate is kept apart (N/A: unread).
 _IB_SPEED_CHANGE = re.compile(r"NET/IB ?: (?P<dev>[^:\s]+):(?P<port>\d+) speed change detected: \S+ -> "
                               r"(?P<mbps>\d+) Mbps")
 # NCCL >= 2.24: ports of one card fused into a virtual NIC, numbered after the listed devices (names joined by +).
@@ -128,6 +128,7 @@ class Process:
     # family whose plugin listed them (IB: `NET/IB : Using`, Socket: `NET/Socket : Using`) -> index -> name
     devices: dict[str, dict[int, str]] = field(default_factory=dict)
     speeds_gbits: dict[str, float] = field(default_factory=dict)   # IB device -> port rate (NCCL >= 2.27)
+    retrained_gbits: dict[str, float] = field(default_factory=dict)   # -> its lowest rate after init (>= 2.30.7)
     # IB device -> the (rail, plane) NCCL_IB_HCA gave it, None where it gave none (NCCL >= 2.30); absent: neither
     ib_rails: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)
     fused: dict[int, list[str]] = field(default_factory=dict)   # IB virtual NIC index -> its HCAs (NCCL >= 2.24)
@@ -256,7 +257,7 @@ def _record(proc: Process, body: str) -> None:
             proc.fused[int(found["i"])] = found["names"].split("+")
     elif found := _IB_SPEED_CHANGE.match(body):
         key = f"{found['dev']}:{found['port']}"
-        proc.speeds_gbits[key] = min(int(found["mbps"]) / 1000, proc.speeds_gbits.get(key, float("inf")))
+        proc.retrained_gbits[key] = min(int(found["mbps"]) / 1000, proc.retrained_gbits.get(key, float("inf")))
     elif found := _SOCKET_USING.match(body):
         proc.devices[SOCKET] = {int(d["i"]): d["name"] for d in _SOCKET_DEV.finditer(found["devs"])}
     elif found := _OFI.search(body):

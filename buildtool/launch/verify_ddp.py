@@ -262,8 +262,8 @@ def transport_problems(log: nccl_log.Log, env: dict[str, str]) -> list[str]:
     rate_name = env.get("DDP_FABRIC_RATE", "")
     if rate_name:
         rate = busbw.link_rate(rate_name)
-        slow = sorted({f"{dev} at {gbits:g} Gb/s" for p in named for dev, gbits in p.speeds_gbits.items()
-                       if gbits < rate.gbits})
+        slow = sorted({f"{dev} at {gbits:g} Gb/s" for p in named for speeds in (p.speeds_gbits, p.retrained_gbits)
+                       for dev, gbits in speeds.items() if gbits < rate.gbits})
         if slow and rate.family == nccl_log.IB:
             problems.append(f"NCCL reports port(s) slower than {rate.name} {rate.gbits:g} Gb/s, the rate the job "
                             f"declared (--fabric-rate {rate_name}): {', '.join(slow)} (a link trained down: cable, "
