@@ -306,15 +306,15 @@ def test_a_fused_nic_is_the_devices_nccl_fused_into_it() -> None:
     from buildtool.launch import verify_ddp
 
     text = "".join(f"gpu-a01:4127:4190 [0] NCCL INFO {line}\n" for line in (
-        "NET/IB : Made virtual device [0] name=mlx5_0 speed=400000 ndevs=1",
-        "NET/IB : Made virtual device [1] name=mlx5_1 speed=400000 ndevs=1",
-        "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/IB [RO]; OOB eth0:10.0.0.1<0>", "Using network IB",
-        "NET/IB : Made virtual device [2] name=mlx5_0+mlx5_1 speed=800000 ndevs=2",
+        "NET/IB : Made virtual device [0] name=mlx5_0 speed=200000 ndevs=1",
+        "NET/IB : Made virtual device [1] name=mlx5_0 speed=200000 ndevs=1",
+        "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_0:2/IB [RO]; OOB eth0:10.0.0.1<0>", "Using network IB",
+        "NET/IB : Made virtual device [2] name=mlx5_0+mlx5_0 speed=400000 ndevs=2",
         "Channel 00/0 : 3[1] -> 0[0] [receive] via NET/IB/2/GDRDMA",
         "Channel 01/0 : 0[0] -> 1[1] [send] via NET/IB/2/GDRDMA"))
     log = nccl_log.read(text)
-    assert log.processes[("gpu-a01", "4127")].used_devices() == ["mlx5_0:1", "mlx5_1:1"]
-    env = {"NCCL_IB_HCA": "mlx5_0:1,mlx5_1:1", "DDP_GPUS_PER_NODE": "2", "DDP_EXPECT_TRANSPORT": "IB"}
+    assert log.processes[("gpu-a01", "4127")].used_devices() == ["mlx5_0:1", "mlx5_0:2"]
+    env = {"NCCL_IB_HCA": "mlx5_0:1,mlx5_0:2", "DDP_GPUS_PER_NODE": "2", "DDP_EXPECT_TRANSPORT": "IB"}
     assert verify_ddp.transport_problems(log, env) == []
 
 
