@@ -369,3 +369,13 @@ def test_the_window_compares_only_nights_on_the_same_gpus_not_the_same_first_gpu
     assert probe.busbw_baseline([tmp_path], "pytorch-ngc:25.10", mixed) == {}
     same = probe.Inventory([Gpu(index=str(i), name=H100) for i in range(8)], interconnect=busbw.NVLINK)
     assert probe.busbw_baseline([tmp_path], "pytorch-ngc:25.10", same)["nights"] == 2
+
+
+@pytest.mark.parametrize("peak", [float("nan"), float("inf")])
+def test_a_peak_that_is_no_finite_number_fails_never_passes(peak):
+    """ddp_train.py's table reaches validate as JSON, which reads NaN and Infinity: a NaN peak (a GPU returning
+    garbage timings) is below no floor and has fallen from no median, and Infinity is above every floor, so
+    test_ddp_nccl_allreduce_busbw passed either with no measurement at all."""
+    baseline = {"median_GBps": 300.0, "nights": 7, "window": 7}
+    assert busbw.problems(peak, 112.5, "H100 SXM", baseline) == [
+        f"peak {peak} GB/s is no measurement (not a finite number of GB/s)"]

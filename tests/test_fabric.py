@@ -22,6 +22,7 @@ import yaml
 
 from buildtool.common.errors import UserError
 from buildtool.contracts import busbw, nccl_log
+from buildtool.launch import verify_ddp
 from buildtool.launch.multinode import VERIFY_FILES, MultiNodeJob, NcclSettings, write_verifier
 
 REPO = Path(__file__).resolve().parent.parent
@@ -502,6 +503,20 @@ def test_an_unknown_fabric_rate_stops_the_check_before_it_runs_naming_the_known_
                                   "rate; one of ") and proc.stderr.count("\n") == 1, proc.stderr
 
 
+@pytest.mark.parametrize(("name", "value", "said"), [
+    ("DDP_EXPECT_GDR", "true", "DDP_EXPECT_GDR='true' is neither 1 (--require-gdr) nor empty"),
+    ("DDP_EXPECT_TRANSPORT", "ib", "DDP_EXPECT_TRANSPORT='ib' is no fabric the check knows (IB or EFA, or empty)"),
+])
+def test_a_fabric_expectation_of_another_value_stops_the_check_before_it_runs(tmp_path: Path, name: str, value: str,
+                                                                             said: str) -> None:
+    """The launcher writes DDP_EXPECT_GDR as 1 or empty and DDP_EXPECT_TRANSPORT as IB, EFA or empty; an edited job's
+    DDP_EXPECT_GDR=true skipped the GPUDirect RDMA check without a word, and DDP_EXPECT_TRANSPORT=ib failed a healthy
+    IB fabric after the run saying NCCL loaded another network plugin."""
+    proc = run_verifier(tmp_path, "ib.log", 46.0, ib_job(require_gdr=True), **{name: value})
+    assert (proc.returncode, proc.stdout) == (1, ""), proc.stdout
+    assert proc.stderr == f"DDP check failed: {said}\n", proc.stderr
+
+
 @pytest.mark.parametrize(("subsys", "refused"), [
     ("^NET,INIT", True), ("^init", True), ("^ALL", True), ("INIT,^NET", False),
     ("^NET", False), ("^COLL,GRAPH", False), ("init", False), ("ALL", False), ("COLL,NET", True),
@@ -540,3 +555,54 @@ def test_a_job_pinning_nccl_net_aws_libfabric_is_generated_and_its_efa_log_passe
     assert proc.returncode == 0, proc.stderr
     assert "EFA (NET/AWS Libfabric) in 2 process(es) (ranks 0-1)" in proc.stdout
     assert "GPUDirect RDMA on (4 of 4 NET channels)" in proc.stdout and "transport EFA" in proc.stdout
+
+
+def test_the_log_folder_the_verifier_made_is_removed_once_read(tmp_path: Path) -> None:
+    """Without DDP_NCCL_LOG_DIR the verifier makes a folder under the temporary directory for NCCL's files and left it
+    there after every run: under SLURM's default runtime (apptainer, which binds the node's /tmp) each job left
+    /tmp/nccl-* with its logs on every node. The logs are printed into the job's output first; a folder the job
+    names is kept."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    proc = run_verifier(tmp_path, "ib.log", 46.0, ib_job(), DDP_NCCL_LOG_DIR="", TMPDIR=str(temp))
+    assert proc.returncode == 0, proc.stderr
+    assert "verify_ddp.py: NCCL log nccl.gpu-a01.4127.log (10 lines)" in proc.stdout
+    assert list(temp.iterdir()) == []
+    (tmp_path / "kept").mkdir()
+    kept = run_verifier(tmp_path / "kept", "ib.log", 46.0, ib_job())
+    assert kept.returncode == 0 and list((tmp_path / "kept" / "nccl").glob("nccl.*.log"))
+
+
+def test_ports_slower_than_hdr_set_the_floor_when_no_rate_is_declared() -> None:
+    """With no --fabric-rate the IB floor took HDR's 200 Gb/s per NIC as the slowest rate, but the IB family is every
+    verbs NIC (RoCE at 100 GbE, EDR, HDR100): a healthy 100 Gb/s port (about 12 GB/s, 0.96 of its rate) was below
+    the floor of 12.5 GB/s. Where NCCL reported the ports' rate (`speed=100000`, NCCL 2.27+) a slower one is the
+    rate now; a declared rate and faster ports are judged as before."""
+    text = "".join(f"gpu-a01:4127:4190 [0] NCCL INFO {line}\n" for line in (
+        "NET/IB: [0] mlx5_0:uverbs0:1/RoCE provider=Mlx5 speed=100000 context=0x1 pciPath=/sys/x ar=0 oooRqSize=0",
+        "NET/IB : Using [0]mlx5_0:1/RoCE [RO]; OOB eth0:10.0.0.1<0>", "Using network IB",
+        "Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA"))
+    log = nccl_log.read(text)
+    result = {"busbw": {"peak_GBps": 11.5}}
+    problems: list[str] = []
+    said = verify_ddp.busbw_check(result, log, {"DDP_GPUS_PER_NODE": "1"}, problems)
+    assert problems == [] and said == (
+        ", cross-node bus bandwidth 11.5 GB/s over IB (floor 6.25 GB/s: 0.5 x 1 NIC(s) x the slowest port NCCL "
+        "reported 100 Gb/s (1 NIC(s): NCCL listed 1 on this node) (no rate declared: the slowest port rate NCCL "
+        "reported; declare --fabric-rate))")
+    verify_ddp.busbw_check(result, log, {"DDP_GPUS_PER_NODE": "1", "DDP_FABRIC_RATE": "HDR"}, problems)
+    assert problems and "below the floor 12.5 GB/s" in problems[0]
+
+
+def test_a_port_that_drops_during_the_run_does_not_lower_the_floor() -> None:
+    """The floor takes a port rate below HDR from the rate NCCL listed the port at (`speed=`), as the fabric's own;
+    a later `speed change detected: 400000 -> 100000 Mbps` (NCCL 2.30.7) is the port failing, and lowered the floor
+    to the failed rate, so the run that suffered it passed."""
+    text = "".join(f"gpu-a01:4127:4190 [0] NCCL INFO {line}\n" for line in (
+        "NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000 context=0x1 pciPath=/sys/x ar=1 oooRqSize=0",
+        "NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB eth0:10.0.0.1<0>", "Using network IB",
+        "Channel 00/0 : 1[0] -> 0[0] [receive] via NET/IB/0/GDRDMA",
+        "NET/IB : mlx5_0:1 speed change detected: 400000 -> 100000 Mbps"))
+    problems: list[str] = []
+    verify_ddp.busbw_check({"busbw": {"peak_GBps": 11.5}}, nccl_log.read(text), {"DDP_GPUS_PER_NODE": "1"}, problems)
+    assert len(problems) == 1 and "below the floor 12.5 GB/s (0.5 x 1 NIC(s) x HDR 200 Gb/s" in problems[0]

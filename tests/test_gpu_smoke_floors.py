@@ -80,3 +80,11 @@ def test_gpus_of_two_models_have_no_floor_rather_than_the_first_ones(tmp_path, m
     assert (floor.fault, floor.floor_GBps, floor.model) == ("", None, None)
     assert floor.note == ("no floor for these GPUs: they are of 2 models (NVIDIA H100 80GB HBM3, NVIDIA L40S); "
                           "floors are per model (buildtool/contracts/busbw.py)")
+
+
+def test_a_peak_that_is_no_finite_number_is_named_not_taken_for_an_unexpected_table(tmp_path, monkeypatch):
+    """The table the in-image script writes is JSON, which holds NaN: a NaN peak failed the smoke as an 'unexpected
+    table' listing its sizes, which are as expected; the reason now names the peak, as validate's check does."""
+    found = smoke_busbw(tmp_path, monkeypatch, (FIXTURES / "h100_sxm.topo.txt").read_text(), float("nan"))
+    assert found["status"] == "failed"
+    assert found["reason"] == "peak nan GB/s is no measurement (not a finite number of GB/s)"

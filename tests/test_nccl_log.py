@@ -250,3 +250,89 @@ def test_nccl_230_rail_and_plane_fields_are_read_apart_from_the_device() -> None
     assert nccl_log.matches_hca("mlx5_0:1", "mlx5_0:1:0:1", exact=True)
     assert not nccl_log.matches_hca("mlx5_0:2", "mlx5_0:1:0:1")
     assert nccl_log.hca_count("mlx5_0:1:0:1,mlx5_1:1:1", list(proc.devices["IB"].values())) == 2
+
+
+def test_aws_ofi_nccl_before_1_6_names_its_provider_without_a_nic_count() -> None:
+    """aws-ofi-nccl v1.0 to v1.5 print `NET/OFI Selected Provider is %s` with no `(found N nics)` (src/nccl_ofi_net.c
+    at v1.5.0-aws; determined-ai/environments#169 shows `NCCL INFO NET/OFI Selected Provider is cxi` on Slingshot);
+    the line was not read, so `Using network AWS Libfabric` on the cxi or tcp provider passed as EFA."""
+    lines = ("nid000019:51404:52019 [0] NCCL INFO NET/OFI Selected Provider is {}\n"
+             "nid000019:51404:52019 [0] NCCL INFO Using network AWS Libfabric\n")
+    cxi = nccl_log.read(lines.format("cxi")).processes[("nid000019", "51404")]
+    assert cxi.ofi_provider == "cxi" and cxi.families == [nccl_log.UNKNOWN] and cxi.ofi_nics is None
+    assert nccl_log.read(lines.format("tcp")).families() == [nccl_log.SOCKET]
+    efa = nccl_log.read(lines.format("efa")).processes[("nid000019", "51404")]
+    assert efa.families == [nccl_log.EFA] and efa.listed_nics() is None and efa.why == []
+
+
+def test_the_socket_threads_line_keeps_the_socket_devices_listed() -> None:
+    """NCCL prints `NET/Socket: Using %d threads and %d sockets per thread` when it connects (src/transport/
+    net_socket.cc, ncclNetSocketGetNsockNthread; on AWS and GCP NICs by default), after `NET/Socket : Using
+    [0]eth0:...`: it was read as a device list of none, so the interfaces listed were lost and the summary named
+    NET/Socket/0 instead of eth0."""
+    text = "".join(f"gpu-a01:4128:4191 [1] NCCL INFO {line}\n" for line in (
+        "NET/Socket : Using [0]ens5:172.31.0.112<0>", "Using network Socket",
+        "NET/Socket: Using 2 threads and 8 sockets per thread",
+        "Channel 00/0 : 1[1] -> 2[0] [send] via NET/Socket/0"))
+    proc = nccl_log.read(text).processes[("gpu-a01", "4128")]
+    assert proc.devices["Socket"] == {0: "ens5"} and proc.used_devices() == ["ens5"]
+
+
+def test_a_port_speed_change_during_the_run_is_its_rate() -> None:
+    """From NCCL 2.30.7 (NVIDIA/nccl fdf50c5e, net_ib/common.cc) the IB async thread prints `NET/IB : %s:%d speed
+    change detected: %d -> %s Mbps` when a port retrains; it was not read, so an NDR port that fell to 100 Gb/s
+    after init kept its 400 Gb/s and the rate check (--fabric-rate NDR) passed it."""
+    from buildtool.launch import verify_ddp
+
+    text = "".join(f"gpu-a01:4127:4190 [0] NCCL INFO {line}\n" for line in (
+        "NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000 context=0x1 pciPath=/sys/x ar=1 oooRqSize=0",
+        "NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB eth0:10.0.0.1<0>", "Using network IB",
+        "Channel 00/0 : 3[1] -> 0[0] [receive] via NET/IB/0/GDRDMA",
+        "NET/IB : mlx5_0:1 speed change detected: 400000 -> 100000 Mbps",
+        "NET/IB : mlx5_0:1 speed change detected: 100000 -> N/A Mbps"))
+    log = nccl_log.read(text)
+    assert log.processes[("gpu-a01", "4127")].retrained_gbits == {"mlx5_0:1": 100.0}
+    assert verify_ddp.transport_problems(log, {"DDP_FABRIC_RATE": "NDR"}) == [
+        "NCCL reports port(s) slower than NDR 400 Gb/s, the rate the job declared (--fabric-rate NDR): mlx5_0:1 at "
+        "100 Gb/s (a link trained down: cable, transceiver or switch port)"]
+
+
+def test_a_fused_nic_is_the_devices_nccl_fused_into_it() -> None:
+    """From NCCL 2.24 (6aae3792) the ports of one card are fused by default (NCCL_NET_MERGE_LEVEL=PORT) into a
+    virtual NIC numbered after the listed ones, `NET/IB : Made virtual device [%d] name=%s speed=%d ndevs=%d`
+    (net_ib.cc; 2.29 adds ` rail=%d plane=%d`; names joined by +), and the channels name that index: `NET/IB/2` was
+    read as one NIC of no name, so a node using both ports failed the NIC check ("NCCL used 1 NIC(s) ... not the 2
+    asked for")."""
+    from buildtool.launch import verify_ddp
+
+    text = "".join(f"gpu-a01:4127:4190 [0] NCCL INFO {line}\n" for line in (
+        "NET/IB : Made virtual device [0] name=mlx5_0 speed=200000 ndevs=1",
+        "NET/IB : Made virtual device [1] name=mlx5_0 speed=200000 ndevs=1",
+        "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_0:2/IB [RO]; OOB eth0:10.0.0.1<0>", "Using network IB",
+        "NET/IB : Made virtual device [2] name=mlx5_0+mlx5_0 speed=400000 ndevs=2",
+        "Channel 00/0 : 3[1] -> 0[0] [receive] via NET/IB/2/GDRDMA",
+        "Channel 01/0 : 0[0] -> 1[1] [send] via NET/IB/2/GDRDMA"))
+    log = nccl_log.read(text)
+    assert log.processes[("gpu-a01", "4127")].used_devices() == ["mlx5_0:1", "mlx5_0:2"]
+    env = {"NCCL_IB_HCA": "mlx5_0:1,mlx5_0:2", "DDP_GPUS_PER_NODE": "2", "DDP_EXPECT_TRANSPORT": "IB"}
+    assert verify_ddp.transport_problems(log, env) == []
+
+
+def test_hca_entries_with_an_empty_name_or_port_are_read_as_nccl_reads_them() -> None:
+    """NCCL's parseStringList (src/misc/utils.cc) drops an entry whose name is empty (`:1`) and reads an empty port
+    (`mlx5_0:`) as any port (-1, which matchPort takes for every port). `:1` counted as a NIC asked for, so a node
+    whose one named NIC carried every channel failed the NIC check, and `mlx5_0:` matched no port, so the check
+    named the NIC NCCL used as unused."""
+    assert nccl_log.asked_hcas(":1,mlx5_0") == ["mlx5_0"]
+    assert nccl_log.hca_count(":1,mlx5_0", ["mlx5_0:1", "mlx5_1:1"]) == 1
+    assert nccl_log.matches_hca("mlx5_0:1", "mlx5_0:") and nccl_log.matches_hca("mlx5_0:2", "mlx5_0::0")
+    assert not nccl_log.matches_hca("mlx5_1:1", "mlx5_0:")
+
+
+def test_a_rail_that_is_no_number_is_no_traceback() -> None:
+    """NCCL prints a rail as `:%d` (net_ib/init.cc); a garbled `NET/IB : Using [0]mlx5_0:1:-/IB` (a lone minus sign,
+    which the rail's pattern `-?\\d*` took) ended the verifier in a ValueError traceback from int('-'); the entry is
+    now kept as the name it lists, with no rail."""
+    proc = nccl_log.read("h:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1:-/IB ; OOB eth0:10.0.0.1<0>\n").processes[
+        ("h", "1")]
+    assert proc.devices["IB"] == {0: "mlx5_0:1:-"} and proc.ib_rails == {}

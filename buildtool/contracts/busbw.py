@@ -14,6 +14,7 @@ so a figure below a quarter means NCCL is not using the link (wrong topology, P2
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 import statistics
 from collections.abc import Mapping
@@ -142,8 +143,9 @@ LINK_RATES: dict[str, LinkRate] = {
     "p5en.48xlarge": LinkRate(EFA, "p5en.48xlarge", 3200, per_instance=True, gpus=8,
                               source=f"3200 Gb/s EFAv3 per instance, 16 EFA devices of 200 Gb/s, 8 H200 ({_AWS})"),
 }
-# The rate of a family when the job declares none (--fabric-rate): the slowest documented one, so the floor can
-# only be too low, never fail a healthy fabric; per NIC, with the NICs NCCL lists.
+# The rate of a family when the job declares none (--fabric-rate): the slowest documented one (or the slowest port
+# rate NCCL reported, where lower), so the floor can only be too low, never fail a healthy fabric; per NIC, with the
+# NICs NCCL lists.
 DEFAULT_RATES: dict[str, LinkRate] = {
     IB: LINK_RATES["HDR"],
     EFA: LinkRate(EFA, "100 Gb/s per EFA device", 100,
@@ -177,10 +179,12 @@ class FabricFloor:
     source: str = ""
 
 
-def cross_node_floor(family: str, rate_name: str, nics: int | None, nics_from: str, gpus: int) -> FabricFloor:
+def cross_node_floor(family: str, rate_name: str, nics: int | None, nics_from: str, gpus: int,
+                     ports_gbits: float | None = None) -> FabricFloor:
     """The cross-node all-reduce floor of FAMILY on nodes of GPUS GPUs: FABRIC_FLOOR_FRACTION of the documented
-    rate (RATE_NAME when declared and of this family, else DEFAULT_RATES') times the NICs (NICS, said to come
-    from NICS_FROM; at most GPUS), or per instance its share of the instance's rate."""
+    rate (RATE_NAME when declared and of this family, else DEFAULT_RATES', else PORTS_GBITS, the slowest port rate
+    NCCL reported, where lower) times the NICs (NICS, said to come from NICS_FROM; at most GPUS), or per instance
+    its share of the instance's rate."""
     if family in NO_FABRIC_FLOOR:
         return FabricFloor(family, None, None, NO_FABRIC_FLOOR[family])
     if family not in DEFAULT_RATES:
@@ -189,6 +193,10 @@ def cross_node_floor(family: str, rate_name: str, nics: int | None, nics_from: s
     declared = link_rate(rate_name) if rate_name else None
     rate = declared if declared is not None and declared.family == family else DEFAULT_RATES[family]
     said = "" if rate is declared else " (no rate declared: the slowest documented; declare --fabric-rate)"
+    if rate is not declared and not rate.per_instance and ports_gbits and ports_gbits < rate.gbits:
+        # IB is every verbs NIC: RoCE at 100 GbE, EDR and HDR100 run below HDR, the slowest documented rate
+        rate = LinkRate(family, "the slowest port NCCL reported", ports_gbits, source="NCCL's port rate (speed=)")
+        said = " (no rate declared: the slowest port rate NCCL reported; declare --fabric-rate)"
     if rate.per_instance:
         share = min(gpus, rate.gpus)
         gbits = rate.gbits * share / rate.gpus
@@ -337,6 +345,8 @@ def problems(peak: float, floor: float | None, floor_model: str, baseline: Mappi
     """Why a measured peak fails: a fault of the runner's links (Floor.fault), under the floor, or fallen more
     than MAX_FALL below the window's median."""
     found = [fault] if fault else []
+    if not math.isfinite(peak):   # JSON reads NaN (below no floor) and Infinity (above every one): no measurement
+        return [*found, f"peak {peak} GB/s is no measurement (not a finite number of GB/s)"]
     if floor is not None and peak < floor:
         found.append(f"peak {peak:.1f} GB/s is below the floor {floor:g} GB/s for {floor_model}")
     median = baseline.get("median_GBps")

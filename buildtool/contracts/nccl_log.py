@@ -20,11 +20,13 @@ The formats, from NCCL's own source (NVIDIA/nccl, v2.18 to v2.30; tests/fixtures
   or plane (`mlx5_0:1:0:1`, HCA:PORT:RAIL:PLANE) is listed with them, `[0]mlx5_0:1:0/IB` (rail),
   `[0]mlx5_0:1:0:1/IB` (both), `[0]mlx5_0:1::1/IB` (plane): the device is still `mlx5_0:1`;
   `NET/IB : No device found.`, and from v2.27 (TRACE before)
-  `NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000 ...` (the port's rate, Mb/s).
+  `NET/IB: [0] mlx5_0:uverbs0:1/IB provider=Mlx5 speed=400000 ...` (the port's rate, Mb/s); from v2.30.7
+  `NET/IB : mlx5_0:1 speed change detected: 400000 -> 100000 Mbps` when a port retrains during the run.
 - aws-ofi-nccl: `NET/OFI Selected provider is efa, fabric is efa-direct (found 16 nics)` (older:
-  `Selected Provider is efa (found 4 nics)`). The plugin runs on any libfabric provider (`tcp`, `tcp;ofi_rxm`
-  where EFA is missing or FI_PROVIDER names it: src/nccl_ofi_ofiutils.cpp), under the same network name: a
-  process whose provider is not EFA's is of the provider's family (tcp: Socket), never EFA.
+  `Selected Provider is efa (found 4 nics)`; v1.0 to v1.5 `Selected Provider is efa`). The plugin runs on any
+  libfabric provider (`tcp`, `tcp;ofi_rxm` where EFA is missing or FI_PROVIDER names it, `cxi` on Slingshot:
+  src/nccl_ofi_ofiutils.cpp), under the same network name: a process whose provider is not EFA's is of the
+  provider's family (tcp: Socket), never EFA.
 
 Several processes writing to one pipe glue lines together: `...Using netgpu-a01:4128:4191 [1] NCCL INFO ...`.
 A physical line is split at every NCCL prefix; every piece but the last is a cut record and is dropped
@@ -64,12 +66,19 @@ _NET_VIA = re.compile(r"NET/(?P<net>.+?)/(?P<dev>\d+)(?:\((?P<proxy>\d+)\))?(?P<
 _IB_USING = re.compile(r"NET/IB ?: Using (?P<devs>.*?);\s*OOB ")
 _IB_DEV = re.compile(r"\[(?P<i>\d+)\](?P<name>[^/\s\[]+)/(?P<link>[A-Za-z]+)")
 # Its name: HCA:PORT, then (NCCL >= 2.30) `:RAIL`, `:RAIL:PLANE` or `::PLANE` where NCCL_IB_HCA gave them.
-_IB_NAME = re.compile(r"(?P<dev>[^:]+:[^:]+)(?::(?P<rail>-?\d*)(?::(?P<plane>-?\d+))?)?")
+_IB_NAME = re.compile(r"(?P<dev>[^:]+:[^:]+)(?::(?P<rail>(?:-?\d+)?)(?::(?P<plane>-?\d+))?)?")
 _IB_SPEED = re.compile(r"NET/IB ?: \[(?P<i>\d+)\] (?P<dev>[^:\s]+):[^:\s]+:(?P<port>\d+)/\S+ .*\bspeed=(?P<mbps>\d+)")
-_SOCKET_USING = re.compile(r"NET/Socket ?: Using (?P<devs>.*)$")
+# NCCL >= 2.30.7 (net_ib/common.cc): a port that retrains during the run; its lowest rate is kept apart (N/A: unread).
+_IB_SPEED_CHANGE = re.compile(r"NET/IB ?: (?P<dev>[^:\s]+):(?P<port>\d+) speed change detected: \S+ -> "
+                              r"(?P<mbps>\d+) Mbps")
+# NCCL >= 2.24: ports of one card fused into a virtual NIC, numbered after the listed devices (names joined by +).
+_IB_VNIC = re.compile(r"NET/IB ?: Made virtual device \[(?P<i>\d+)\] name=(?P<names>\S+) speed=\S+ ndevs=(?P<n>\d+)")
+# `NET/Socket: Using 2 threads and 8 sockets per thread` (net_socket.cc, at connect) lists no device.
+_SOCKET_USING = re.compile(r"NET/Socket ?: Using (?P<devs>\[.*)$")
 _SOCKET_DEV = re.compile(r"\[(?P<i>\d+)\](?P<name>[^:\s]+):")
-_OFI = re.compile(r"NET/OFI Selected [Pp]rovider is (?P<provider>[^,\s]+)(?:, fabric is (?P<fabric>\S+))? "
-                  r"\(found (?P<nics>\d+) nics?\)")
+# v1.0 to v1.5 print `Selected Provider is efa` alone (no NIC count).
+_OFI = re.compile(r"NET/OFI Selected [Pp]rovider is (?P<provider>[^,\s]+)(?:, fabric is (?P<fabric>\S+))?"
+                  r"(?: \(found (?P<nics>\d+) nics?\))?")
 _RANK = re.compile(r"\bcomm 0x[0-9a-fA-F]+ rank (?P<rank>\d+) nranks (?P<nranks>\d+) cudaDev (?P<cuda>-?\d+)")
 _PLUGIN = re.compile(r"NET/Plugin ?: Loaded net plugin (?P<name>.+?) \(v\d+\)\s*$")
 # NCCL's own words for why a network was not used: quoted in a refusal.
@@ -119,8 +128,10 @@ class Process:
     # family whose plugin listed them (IB: `NET/IB : Using`, Socket: `NET/Socket : Using`) -> index -> name
     devices: dict[str, dict[int, str]] = field(default_factory=dict)
     speeds_gbits: dict[str, float] = field(default_factory=dict)   # IB device -> port rate (NCCL >= 2.27)
+    retrained_gbits: dict[str, float] = field(default_factory=dict)   # -> its lowest rate after init (>= 2.30.7)
     # IB device -> the (rail, plane) NCCL_IB_HCA gave it, None where it gave none (NCCL >= 2.30); absent: neither
     ib_rails: dict[str, tuple[int | None, int | None]] = field(default_factory=dict)
+    fused: dict[int, list[str]] = field(default_factory=dict)   # IB virtual NIC index -> its HCAs (NCCL >= 2.24)
     ofi_nics: int | None = None
     ofi_provider: str = ""                                  # aws-ofi-nccl's libfabric provider (efa, tcp, ...)
     plugin: str = ""
@@ -154,9 +165,14 @@ class Process:
         return SOCKET if self.ofi_provider.startswith(("tcp", "sockets")) else UNKNOWN
 
     def used_devices(self) -> list[str]:
-        """The devices its NET channels used, by name where NCCL listed them (else NET/NAME/INDEX)."""
-        found = {(c.network, c.device) for c in self.channels}
-        return sorted(self.devices.get(family_of(net), {}).get(i, f"NET/{net}/{i}") for net, i in found)
+        """The devices its NET channels used, by name where NCCL listed them (a fused NIC: the listed devices of its
+        HCAs), else NET/NAME/INDEX."""
+        used: set[str] = set()
+        for net, i in {(c.network, c.device) for c in self.channels}:
+            listed = self.devices.get(family_of(net), {})
+            hcas = self.fused.get(i, []) if family_of(net) == IB and i not in listed else []
+            used |= {d for d in listed.values() if d.partition(":")[0] in hcas} or {listed.get(i, f"NET/{net}/{i}")}
+        return sorted(used)
 
     def listed_nics(self) -> int | None:
         """How many devices NCCL listed for its network: `NET/IB : Using [0]... [n]...`, or aws-ofi-nccl's
@@ -236,10 +252,16 @@ def _record(proc: Process, body: str) -> None:
         proc.devices[IB] = {int(d["i"]): _ib_device(proc, d["name"]) for d in _IB_DEV.finditer(found["devs"])}
     elif found := _IB_SPEED.match(body):
         proc.speeds_gbits[f"{found['dev']}:{found['port']}"] = int(found["mbps"]) / 1000
+    elif found := _IB_VNIC.match(body):
+        if int(found["n"]) > 1:
+            proc.fused[int(found["i"])] = found["names"].split("+")
+    elif found := _IB_SPEED_CHANGE.match(body):
+        key = f"{found['dev']}:{found['port']}"
+        proc.retrained_gbits[key] = min(int(found["mbps"]) / 1000, proc.retrained_gbits.get(key, float("inf")))
     elif found := _SOCKET_USING.match(body):
         proc.devices[SOCKET] = {int(d["i"]): d["name"] for d in _SOCKET_DEV.finditer(found["devs"])}
     elif found := _OFI.search(body):
-        proc.ofi_nics = int(found["nics"])
+        proc.ofi_nics = int(found["nics"]) if found["nics"] else proc.ofi_nics
         proc.ofi_provider = found["provider"].lower()
         if not proc.ofi_provider.startswith("efa") and body not in proc.why:   # why it was not EFA
             proc.why.append(body)
@@ -326,7 +348,7 @@ def asked_hcas(value: str) -> list[str] | None:
     value = value.strip()
     if not value or value.startswith("^"):
         return None
-    return [entry for entry in value.removeprefix("=").split(",") if entry]
+    return [entry for entry in value.removeprefix("=").split(",") if entry.partition(":")[0]]   # `:1`: no entry
 
 
 def hca_exact(value: str) -> bool:
@@ -338,11 +360,12 @@ def hca_exact(value: str) -> bool:
 def matches_hca(device: str, entry: str, exact: bool = False) -> bool:
     """Whether an NCCL_IB_HCA entry (`mlx5_0`, `mlx5_0:1`; from NCCL 2.30 also `mlx5_0:1:RAIL:PLANE`) names DEVICE
     (`mlx5_0:1`), as NCCL matches: by prefix of the device name (`mlx5` is every mlx5_N), exactly under `=`, and the
-    port when the entry names one (a rail or plane after it does not take part, utils.cc matchIfList)."""
+    port when the entry names one (`mlx5_0:` names none; a rail or plane after it does not take part, utils.cc
+    parseStringList, matchIfList)."""
     name, _, port = device.partition(":")
-    want_name, sep, rest = entry.partition(":")
+    want_name, _, rest = entry.partition(":")
     want_port = rest.partition(":")[0]
-    return (name == want_name if exact else name.startswith(want_name)) and (not sep or want_port == port)
+    return (name == want_name if exact else name.startswith(want_name)) and want_port in ("", port)
 
 
 def hca_count(value: str, listed: list[str]) -> int:

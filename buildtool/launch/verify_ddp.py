@@ -13,8 +13,8 @@ DDP_RDZV_HOST: a name to wait for (up to DDP_RESOLVE_TIMEOUT_S) before starting.
 DDP_APPEND_LIBRARY_PATH: folders appended to the command's LD_LIBRARY_PATH (GKE's driver folder).
 
 NCCL (a GPU job, NCCL_DEBUG set): every process writes its own log, NCCL_DEBUG_FILE=DIR/nccl.%h.%p.log
-(DDP_NCCL_LOG_DIR, else a new folder under /tmp: one writer per file, so nothing is lost or glued), which
-the verifier prints into the job's log and reads after the check, against what the job asked for:
+(DDP_NCCL_LOG_DIR, else a new folder under /tmp, removed once read: one writer per file, so nothing is lost or
+glued), which the verifier prints into the job's log and reads after the check, against what the job asked for:
 DDP_EXPECT_TRANSPORT=IB|EFA, DDP_EXPECT_GDR=1, NCCL_IB_HCA or DDP_FABRIC_NICS, DDP_FABRIC_RATE. The node
 that prints rank 0's result compares the cross-node bus bandwidth with the family's floor
 (contracts/busbw.py). docs/multinode.md ("The transport check") says what each check reads and why.
@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -261,8 +262,8 @@ def transport_problems(log: nccl_log.Log, env: dict[str, str]) -> list[str]:
     rate_name = env.get("DDP_FABRIC_RATE", "")
     if rate_name:
         rate = busbw.link_rate(rate_name)
-        slow = sorted({f"{dev} at {gbits:g} Gb/s" for p in named for dev, gbits in p.speeds_gbits.items()
-                       if gbits < rate.gbits})
+        slow = sorted({f"{dev} at {gbits:g} Gb/s" for p in named for speeds in (p.speeds_gbits, p.retrained_gbits)
+                       for dev, gbits in speeds.items() if gbits < rate.gbits})
         if slow and rate.family == nccl_log.IB:
             problems.append(f"NCCL reports port(s) slower than {rate.name} {rate.gbits:g} Gb/s, the rate the job "
                             f"declared (--fabric-rate {rate_name}): {', '.join(slow)} (a link trained down: cable, "
@@ -315,7 +316,8 @@ def busbw_check(result: dict[str, Any], log: nccl_log.Log | None, env: dict[str,
         count = max((p.listed_nics() or 0 for p in named), default=0)
         said = f"NCCL listed {count} on this node"
     gpus = count_setting("DDP_GPUS_PER_NODE", env.get("DDP_GPUS_PER_NODE") or "0")
-    floor = busbw.cross_node_floor(family, env.get("DDP_FABRIC_RATE", ""), count or None, said, gpus)
+    ports = min((gbits for p in named for gbits in p.speeds_gbits.values()), default=None)   # NCCL 2.27+
+    floor = busbw.cross_node_floor(family, env.get("DDP_FABRIC_RATE", ""), count or None, said, gpus, ports)
     if floor.floor_GBps is None:
         return f", cross-node bus bandwidth {peak:.1f} GB/s over {family} (no floor for {family}: {floor.how})"
     if peak < floor.floor_GBps:
@@ -436,6 +438,12 @@ def check_fabric_settings() -> None:
     for name in ("DDP_GPUS_PER_NODE", "DDP_FABRIC_NICS"):
         if os.environ.get(name):
             count_setting(name, os.environ[name])
+    gdr, want = os.environ.get("DDP_EXPECT_GDR", ""), os.environ.get("DDP_EXPECT_TRANSPORT", "")
+    if gdr not in ("", "1"):   # as the launcher writes them; another value was a check skipped or misjudged
+        sys.exit(f"DDP check failed: DDP_EXPECT_GDR={gdr[:40]!r} is neither 1 (--require-gdr) nor empty")
+    if want not in ("", nccl_log.IB, nccl_log.EFA):
+        sys.exit(f"DDP check failed: DDP_EXPECT_TRANSPORT={want[:40]!r} is no fabric the check knows (IB or EFA, or "
+                 "empty)")
     if os.environ.get("DDP_FABRIC_RATE"):
         try:
             busbw.link_rate(os.environ["DDP_FABRIC_RATE"])
@@ -479,6 +487,8 @@ def main(argv: list[str]) -> int:
             output.append(line)
     code = proc.wait()
     log, problems, transport = read_nccl(folder, "".join(output), env)
+    if folder is not None and not env.get("DDP_NCCL_LOG_DIR"):   # ours, its files printed above (apptainer binds /tmp)
+        shutil.rmtree(folder, ignore_errors=True)
     if folder is not None:   # NCCL's: per node, whichever rank it hosts (gloo's is said in the pass line)
         print(f"DDP transport on this node ({socket.gethostname()}): {transport}", flush=True)
     if log is not None and not problems and env.get("NCCL_DEBUG") in READS_NCCL:
