@@ -406,6 +406,32 @@ def test_an_unresolvable_first_node_fails_fast_naming_it(run_cli, tmp_path: Path
     assert parse_output(proc.stdout + proc.stderr).reason == message
 
 
+def test_a_node_scontrol_cannot_show_is_named_not_a_silent_exit(run_cli, tmp_path: Path) -> None:
+    """`scontrol show node` failing (the controller busy or restarting) ended the script under `set -e` with exit 1
+    and no line of its own, so the job read "ended without a result"; now the node is named as unresolvable."""
+    script = generate(run_cli, tmp_path, IMAGE, "--runtime", "pyxis", "--gpus-per-node", "0")
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "scontrol").write_text(
+        '#!/bin/sh\nif [ "$2" = node ]; then echo "slurm_load_node error: Unable to contact slurm controller" >&2; '
+        'exit 1; else printf "ghost1\\nghost2\\n"; fi\n')
+    (stubs / "srun").write_text('#!/bin/sh\necho "srun $*" >> "$STUB_LOG"\n')
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    log = tmp_path / "stub.log"
+    log.write_text("")
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path, env={
+        **os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_LOG": str(log), "SLURM_JOB_ID": "9",
+        "SLURM_JOB_NODELIST": "ghost[1-2]", "SLURM_SUBMIT_DIR": str(tmp_path),
+        "SCRIPTS_DIR": str(REPO / "image-tests/pytorch/scripts")})
+    calls = log.read_text().splitlines()
+    message = ("DDP check failed: cannot resolve the address of node ghost1 (NodeAddr unknown), which hosts "
+               "the rendezvous; set RDZV_ADDR to its IP address")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == message, proc.stderr
+    assert calls == []   # nothing started
+    assert parse_output(proc.stdout + proc.stderr).reason == message
+
+
 def test_every_nodes_address_goes_to_torchrun_or_the_job_stops_naming_the_node(run_cli, tmp_path: Path) -> None:
     """torchrun's agent of group rank 0 gives the workers its own address (MASTER_ADDR), by default its node's
     name: each node's address goes to the verifier, which passes it as --local-addr."""
