@@ -432,6 +432,25 @@ def test_a_node_scontrol_cannot_show_is_named_not_a_silent_exit(run_cli, tmp_pat
     assert parse_output(proc.stdout + proc.stderr).reason == message
 
 
+@pytest.mark.parametrize(("runtime", "reader"), [("apptainer", "apptainer's --bind"),
+                                               ("pyxis", "pyxis' --container-mounts")])
+def test_a_submit_folder_with_a_bind_separator_stops_the_job_naming_it(run_cli, tmp_path: Path, runtime: str,
+                                                                       reader: str) -> None:
+    """The job folder (in the submit folder) goes into the runtime's bind list, SRC:DST:ro, comma-separated: a
+    submit folder with ':' or ',' bound another path, or none, and the container failed with the runtime's own
+    error. The job stops before anything starts, naming the folder."""
+    script = generate(run_cli, tmp_path, IMAGE, "--runtime", runtime, "--gpus-per-node", "0")
+    submit = tmp_path / "runs:2026,a"
+    submit.mkdir()
+    proc, calls = _resolve_run(tmp_path, script, "NodeName=ghost1 NodeAddr=127.0.0.1",
+                               {"SLURM_SUBMIT_DIR": str(submit)})
+    message = (f"DDP check failed: the job folder {submit}/.ddp-check-9 holds a ',' or ':', which {reader} reads "
+               "as separators; submit from a folder without them")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == message, proc.stderr
+    assert calls == [] and not list(submit.iterdir())   # nothing started, no job folder left
+    assert parse_output(proc.stdout + proc.stderr).reason == message
+
+
 def test_every_nodes_address_goes_to_torchrun_or_the_job_stops_naming_the_node(run_cli, tmp_path: Path) -> None:
     """torchrun's agent of group rank 0 gives the workers its own address (MASTER_ADDR), by default its node's
     name: each node's address goes to the verifier, which passes it as --local-addr."""
