@@ -13,8 +13,8 @@ DDP_RDZV_HOST: a name to wait for (up to DDP_RESOLVE_TIMEOUT_S) before starting.
 DDP_APPEND_LIBRARY_PATH: folders appended to the command's LD_LIBRARY_PATH (GKE's driver folder).
 
 NCCL (a GPU job, NCCL_DEBUG set): every process writes its own log, NCCL_DEBUG_FILE=DIR/nccl.%h.%p.log
-(DDP_NCCL_LOG_DIR, else a new folder under /tmp: one writer per file, so nothing is lost or glued), which
-the verifier prints into the job's log and reads after the check, against what the job asked for:
+(DDP_NCCL_LOG_DIR, else a new folder under /tmp, removed once read: one writer per file, so nothing is lost or
+glued), which the verifier prints into the job's log and reads after the check, against what the job asked for:
 DDP_EXPECT_TRANSPORT=IB|EFA, DDP_EXPECT_GDR=1, NCCL_IB_HCA or DDP_FABRIC_NICS, DDP_FABRIC_RATE. The node
 that prints rank 0's result compares the cross-node bus bandwidth with the family's floor
 (contracts/busbw.py). docs/multinode.md ("The transport check") says what each check reads and why.
@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -479,6 +480,8 @@ def main(argv: list[str]) -> int:
             output.append(line)
     code = proc.wait()
     log, problems, transport = read_nccl(folder, "".join(output), env)
+    if folder is not None and not os.environ.get("DDP_NCCL_LOG_DIR"):   # ours, printed above: /tmp may be the node's
+        shutil.rmtree(folder, ignore_errors=True)
     if folder is not None:   # NCCL's: per node, whichever rank it hosts (gloo's is said in the pass line)
         print(f"DDP transport on this node ({socket.gethostname()}): {transport}", flush=True)
     if log is not None and not problems and env.get("NCCL_DEBUG") in READS_NCCL:
