@@ -222,6 +222,35 @@ def test_oci_takes_a_bundle_folder_and_the_others_an_image(run_cli) -> None:
     assert code == 2 and out == "" and "--time 'soon'" in err
 
 
+DIGEST = "sha256:" + "ab" * 32
+# enroot's image URI, as its import documents it (docker://[USER@][REGISTRY#]IMAGE[:TAG]) and parses it: an image of
+# lower-case letters, digits and /._-, a tag of letters, digits and ._:- (the manifest reference it fetches).
+ENROOT_URI = r"(?:(?P<registry>[^#]+)#)?(?P<image>[a-z0-9/._-]+)(?::(?P<tag>[A-Za-z0-9._:-]+))?"
+
+
+@pytest.mark.parametrize(("image", "registry", "path"), [
+    (f"127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.13@{DIGEST}", "127.0.0.1:5000", "pytorch-cpu-dev"),
+    (f"127.0.0.1:5000/pytorch-cpu-dev@{DIGEST}", "127.0.0.1:5000", "pytorch-cpu-dev"),
+    (f"docker.io/library/ubuntu@{DIGEST}", None, "ubuntu"),
+])
+def test_pyxis_runs_the_image_a_digest_names(run_cli, tmp_path: Path, image: str, registry: str | None,
+                                             path: str) -> None:
+    """enroot's image URI has no `@digest`: `NAME@sha256:...` went to --container-image as it was, which enroot
+    refuses on every node (Invalid image reference), and `NAME:TAG@sha256:...` lost its digest, so whatever the
+    tag named that day ran. The digest goes where enroot takes a manifest reference: `REGISTRY#PATH:sha256:HEX`."""
+    import re
+
+    from buildtool.launch.slurm import enroot_image
+
+    found = re.fullmatch(ENROOT_URI, enroot_image(image))
+    assert found is not None, enroot_image(image)
+    assert (found["registry"], found["image"], found["tag"]) == (registry, path, DIGEST)
+    if "-2.13@" in image:   # a matrix image by its tag and digest: the script carries the digest
+        script = generate(run_cli, tmp_path, image, "--runtime", "pyxis", "--gpus-per-node", "0",
+                          "--framework", "pytorch")
+        assert f"--container-image=127.0.0.1:5000#pytorch-cpu-dev:{DIGEST}" in script.read_text()
+
+
 def test_pyxis_refuses_a_sif_file_in_one_line(run_cli) -> None:
     """A .sif is Apptainer's image file; pyxis takes a registry reference. It ended in a ReferenceError traceback."""
     code, out, err = run_cli("slurm", "/shared/pytorch.sif", "--runtime", "pyxis", "--shm-size", "8g", "--framework",
