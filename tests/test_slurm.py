@@ -251,6 +251,15 @@ def test_pyxis_runs_the_image_a_digest_names(run_cli, tmp_path: Path, image: str
         assert f"--container-image=127.0.0.1:5000#pytorch-cpu-dev:{DIGEST}" in script.read_text()
 
 
+def test_apptainer_pulls_an_image_by_its_digest_alone(run_cli, tmp_path: Path) -> None:
+    """Apptainer's docker:// pulls go through containers/image, which refuses a reference with a tag and a digest
+    ("Docker references with both a tag and digest are currently not supported"): NAME:TAG@sha256:... failed on
+    every node. The digest, which names the image, goes alone."""
+    image = f"127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.13@{DIGEST}"
+    text = generate(run_cli, tmp_path, image, "--runtime", "apptainer", "--gpus-per-node", "0").read_text()
+    assert f" docker://127.0.0.1:5000/pytorch-cpu-dev@{DIGEST} " in text and "-2.13@" not in text
+
+
 def test_pyxis_refuses_a_sif_file_in_one_line(run_cli) -> None:
     """A .sif is Apptainer's image file; pyxis takes a registry reference. It ended in a ReferenceError traceback."""
     code, out, err = run_cli("slurm", "/shared/pytorch.sif", "--runtime", "pyxis", "--shm-size", "8g", "--framework",
