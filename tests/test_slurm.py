@@ -579,6 +579,34 @@ def test_a_bundle_of_another_platform_than_the_nodes_is_refused_before_the_check
     assert all("--kill-on-bad-exit=1" not in c for c in calls), "the check itself never started"
 
 
+def test_a_node_that_does_not_run_the_architecture_step_stops_the_job_naming_the_step(run_cli,
+                                                                                    tmp_path: Path) -> None:
+    """The oci script's `srun uname -m` step ran inside "$(...)" under set -e and pipefail: a node that never started
+    it ended the script with srun's exit and no line of its own (the job read "ended without a result"). It is named
+    as the /dev/shm step's failure is."""
+    bundle = fake_bundle(tmp_path)
+    script = generate(run_cli, tmp_path, str(bundle), "--runtime", "oci", "--nodes", "2", "--gpus-per-node", "0",
+                      "--shm-size", "1m", "--framework", "pytorch")
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "srun").write_text('#!/bin/sh\necho "srun $*" >> "$STUB_LOG"\n'
+                                'echo "srun: error: Nodes n2 are still not ready" >&2; exit 1\n')
+    (stubs / "scontrol").write_text(SCONTROL)
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    log = tmp_path / "stub.log"
+    log.write_text("")
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_LOG": str(log), "SLURM_JOB_ID": "7",
+           "SLURM_JOB_NODELIST": "localhost,node2", "SLURM_SUBMIT_DIR": str(tmp_path),
+           "SCRIPTS_DIR": str(REPO / "image-tests/pytorch/scripts")}
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    message = ("DDP check failed: the architecture check step (srun uname -m) failed (exit 1): a node did not run "
+               "it (srun's error above)")
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == message, proc.stderr
+    assert len(log.read_text().splitlines()) == 1   # nothing ran after it
+    assert parse_output(proc.stdout + proc.stderr).reason == message
+
+
 # A folder name that ended "${VAR:-...}" early (`}`) or ran on the batch host ($(...), a backtick, `"`).
 ODD_FOLDER = 'a}b $(touch PWNED) "q" `touch PWNED2` \'s\''
 ODD_BUNDLE = 'a}b$(id>PWNED)"q"`id>PWNED2`\'s\''   # an image has no whitespace
