@@ -607,6 +607,33 @@ def test_a_node_that_does_not_run_the_architecture_step_stops_the_job_naming_the
     assert parse_output(proc.stdout + proc.stderr).reason == message
 
 
+@pytest.mark.parametrize("runtime", ["apptainer", "pyxis"])
+def test_a_node_that_does_not_run_the_dev_shm_step_stops_the_job_naming_the_step(run_cli, tmp_path: Path,
+                                                                                runtime: str) -> None:
+    """The /dev/shm step (srun bash -c ...) ran as a plain line under set -e: a node that never started it ended the
+    script with srun's exit and no line of its own (the job read "ended without a result"). It is named."""
+    script = generate(run_cli, tmp_path, IMAGE, "--runtime", runtime, "--nodes", "2", "--gpus-per-node", "0")
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "srun").write_text('#!/bin/sh\necho "srun $*" >> "$STUB_LOG"\n'
+                                'echo "srun: error: Nodes node2 are still not ready" >&2; exit 1\n')
+    (stubs / "scontrol").write_text(SCONTROL)
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    log = tmp_path / "stub.log"
+    log.write_text("")
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_LOG": str(log), "SLURM_JOB_ID": "7",
+           "SLURM_JOB_NODELIST": "localhost,node2", "SLURM_SUBMIT_DIR": str(tmp_path),
+           "SCRIPTS_DIR": str(REPO / "image-tests/pytorch/scripts")}
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    message = ("DDP check failed: the /dev/shm check step failed (exit 1): a node's /dev/shm is too small (above), "
+               "or the step did not start there (srun's error above)")
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == message, proc.stderr
+    assert len(log.read_text().splitlines()) == 1   # the check itself never started
+    assert parse_output(proc.stdout + proc.stderr).reason == message
+    assert not list(tmp_path.glob(".ddp-check-*")), "the job folder is removed"
+
+
 # A folder name that ended "${VAR:-...}" early (`}`) or ran on the batch host ($(...), a backtick, `"`).
 ODD_FOLDER = 'a}b $(touch PWNED) "q" `touch PWNED2` \'s\''
 ODD_BUNDLE = 'a}b$(id>PWNED)"q"`id>PWNED2`\'s\''   # an image has no whitespace
