@@ -152,6 +152,16 @@ def tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return log
 
 
+def test_an_image_by_tag_and_digest_is_copied_by_its_digest(run_cli, tools: Path, tmp_path: Path) -> None:
+    """skopeo (containers/image) refuses a reference with a tag and a digest ("Docker references with both a tag and
+    digest are currently not supported"): `buildtool bundle NAME:TAG@sha256:...` failed. The digest goes alone."""
+    digest = "sha256:" + "ab" * 32
+    code, _, err = run_cli("bundle", f"{IMAGE}@{digest}", str(tmp_path / "b"), "--matrix", str(REPO / "matrix.yaml"))
+    assert code == 0, err
+    copy = tools.read_text().splitlines()[0].split()
+    assert f"docker://{IMAGE.rsplit(':', 1)[0]}@{digest}" in copy, copy
+
+
 def test_bundle_command_end_to_end(run_cli, tools: Path, tmp_path: Path) -> None:
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.1.1 n1\n")

@@ -86,3 +86,17 @@ def test_a_comparison_cut_short_leaves_each_file_whole(tmp_path: Path, monkeypat
     torn = ["comparison.json", "comparison.md"][after]
     assert sorted(now) == ["comparison.json", "comparison.md"] and now[torn] == before[torn]
     json.loads(now["comparison.json"])
+
+
+def test_a_scaling_jobs_sbatch_script_cut_short_is_never_left_half_written(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scaling benchmark wrote each node count's sbatch script in place in its output folder: a write cut short
+    (a full disk) left half a script there, a job anyone could submit. It is written atomically: none is left."""
+    from buildtool.launch.scaling import SlurmLauncher
+
+    worker = tmp_path / "worker.py"
+    worker.write_text("print('SCALING_RESULT {}')\n")
+    jobs = tmp_path / "jobs"
+    launcher = SlurmLauncher(runtime="pyxis", image="127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.13", workdir=jobs)
+    _cut_short(monkeypatch, 0, launcher.run, 2, worker, {}, 60.0)
+    assert [p.name for p in jobs.iterdir()] == []

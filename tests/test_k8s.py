@@ -125,6 +125,20 @@ def test_defaults_shm_rendezvous_and_bounded_restarts(run_cli, variant: str) -> 
     assert {k: configmap["data"][k] for k in VERIFY_FILES} == VERIFY_FILES   # the verifier and what it imports
 
 
+@pytest.mark.parametrize("variant", ["pytorchjob", "job"])
+def test_a_tag_is_pulled_at_every_start_and_a_digest_from_the_nodes_cache(run_cli, variant: str) -> None:
+    """imagePullPolicy was IfNotPresent for every image: a node that had pulled an earlier image of a moving tag (the
+    cell's `{version}` and `latest` follow its newest release) ran that one, and the check judged another image than
+    the one named. A tag is resolved at every pod start (Always); a digest, which names one image, IfNotPresent."""
+    moving = "127.0.0.1:5000/pytorch-ngc:25.01"   # the cell's {version} tag
+    for image, policy in ((moving, "Always"), (IMAGE, "Always"), (f"{moving}@sha256:{'a' * 64}", "IfNotPresent")):
+        docs = generate(run_cli, image, "--variant", variant, "--platform", "linux/amd64")
+        pods = ([r["template"]["spec"] for r in docs[-1]["spec"]["pytorchReplicaSpecs"].values()]
+                if variant == "pytorchjob" else [_pod(docs[-1])])
+        assert [c["imagePullPolicy"] for pod in pods for c in pod["containers"]] == [policy] * len(pods), image
+        assert all(c["image"] == image for pod in pods for c in pod["containers"])
+
+
 def test_every_default_can_be_overridden(run_cli) -> None:
     docs = generate(run_cli, IMAGE, "--nodes", "2", "--gpus-per-node", "4", "--shm-size", "32g",
                     "--join-timeout", "1800", "--backoff-limit", "5", "--name", "nightly-ddp", "--namespace", "ml",

@@ -285,6 +285,27 @@ def test_a_framework_without_a_multinode_check_is_refused(run_cli, fw_project: P
                            "launcher: torchrun|coordinator}` to image-tests/tensorflow/framework.yaml"), err
 
 
+@pytest.mark.parametrize("script", ["verify_ddp.py", "nccl_log.py", "busbw.py"])
+def test_a_check_script_named_as_a_file_the_verifier_ships_is_refused(script: str) -> None:
+    """The check's script and the verifier's files share one folder (the ConfigMap's data, the sbatch job folder):
+    a framework whose multinode.script was named verify_ddp.py, nccl_log.py or busbw.py had it replaced by the
+    shipped file without a word, and the job ran that as its check. Refused, naming the framework.yaml key."""
+    import dataclasses
+
+    from buildtool.common.errors import UserError
+    from buildtool.contracts import frameworks
+    from buildtool.launch.multinode import check_of
+
+    row = frameworks.get("pytorch")
+    assert row.multinode is not None
+    named = dataclasses.replace(row, multinode=dataclasses.replace(row.multinode, script=script))
+    with pytest.raises(UserError) as caught:
+        check_of(named)
+    assert str(caught.value) == (f"image-tests/pytorch/framework.yaml: multinode.script {script!r} is the name of a "
+                                 "file shipped beside the check (verify_ddp.py, nccl_log.py, busbw.py), which would "
+                                 "replace it in the job; rename the script")
+
+
 @pytest.mark.parametrize(("command", "image", "args", "what"), [
     ("k8s", FOREIGN, ["--shm-size", "2g"], "no image of the matrix"),
     ("slurm", FOREIGN, ["--shm-size", "2g"], "no image of the matrix"),

@@ -296,6 +296,24 @@ def test_a_line_break_never_reaches_a_dockerfile(field: str, brk: str):
     assert isinstance(caught.value, UserError) and "\n" not in str(caught.value)
 
 
+@pytest.mark.parametrize("brk", ["\u2028", "\u2029", "\x85"])
+def test_a_line_break_in_a_framework_row_never_reaches_a_dockerfile(brk: str, monkeypatch: pytest.MonkeyPatch):
+    """framework.yaml's title (its pattern keeps out \\x00-\\x1f and \\x7f only) went unchecked into a comment line of
+    each Dockerfile of the framework, and the render's line tidying split it at U+2028, U+2029 or \\x85: the rest
+    became an instruction (RUN touch /tmp/canary). It is refused in one line naming the framework.yaml."""
+    from buildtool.contracts import frameworks
+
+    evil = dataclasses.replace(frameworks.get("pytorch"), title=f"PyTorch{brk}RUN touch /tmp/canary #")
+    monkeypatch.setitem(frameworks._table(), "pytorch", evil)
+    cells = [c for c in MATRIX.cells if c.framework == "pytorch"]
+    assert {c.template for c in cells} >= {"images/pip.Dockerfile.j2", "images/ngc.Dockerfile.j2"}
+    for cell in cells:
+        with pytest.raises(TemplateError, match="line break or control character") as caught:
+            _render(TEMPLATES, cell)
+        message = str(caught.value)
+        assert "\n" not in message and "framework.yaml" in message and "matrix.yaml" not in message, message
+
+
 def test_filters_themselves():
     assert sh_word("$(id)") == "'$(id)'"
     assert sh_word("torch==2.13.0+cpu") == "torch==2.13.0+cpu"

@@ -222,6 +222,44 @@ def test_oci_takes_a_bundle_folder_and_the_others_an_image(run_cli) -> None:
     assert code == 2 and out == "" and "--time 'soon'" in err
 
 
+DIGEST = "sha256:" + "ab" * 32
+# enroot's image URI, as its import documents it (docker://[USER@][REGISTRY#]IMAGE[:TAG]) and parses it: an image of
+# lower-case letters, digits and /._-, a tag of letters, digits and ._:- (the manifest reference it fetches).
+ENROOT_URI = r"(?:(?P<registry>[^#]+)#)?(?P<image>[a-z0-9/._-]+)(?::(?P<tag>[A-Za-z0-9._:-]+))?"
+
+
+@pytest.mark.parametrize(("image", "registry", "path"), [
+    (f"127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.13@{DIGEST}", "127.0.0.1:5000", "pytorch-cpu-dev"),
+    (f"127.0.0.1:5000/pytorch-cpu-dev@{DIGEST}", "127.0.0.1:5000", "pytorch-cpu-dev"),
+    (f"docker.io/library/ubuntu@{DIGEST}", None, "ubuntu"),
+])
+def test_pyxis_runs_the_image_a_digest_names(run_cli, tmp_path: Path, image: str, registry: str | None,
+                                             path: str) -> None:
+    """enroot's image URI has no `@digest`: `NAME@sha256:...` went to --container-image as it was, which enroot
+    refuses on every node (Invalid image reference), and `NAME:TAG@sha256:...` lost its digest, so whatever the
+    tag named that day ran. The digest goes where enroot takes a manifest reference: `REGISTRY#PATH:sha256:HEX`."""
+    import re
+
+    from buildtool.launch.slurm import enroot_image
+
+    found = re.fullmatch(ENROOT_URI, enroot_image(image))
+    assert found is not None, enroot_image(image)
+    assert (found["registry"], found["image"], found["tag"]) == (registry, path, DIGEST)
+    if "-2.13@" in image:   # a matrix image by its tag and digest: the script carries the digest
+        script = generate(run_cli, tmp_path, image, "--runtime", "pyxis", "--gpus-per-node", "0",
+                          "--framework", "pytorch")
+        assert f"--container-image=127.0.0.1:5000#pytorch-cpu-dev:{DIGEST}" in script.read_text()
+
+
+def test_apptainer_pulls_an_image_by_its_digest_alone(run_cli, tmp_path: Path) -> None:
+    """Apptainer's docker:// pulls go through containers/image, which refuses a reference with a tag and a digest
+    ("Docker references with both a tag and digest are currently not supported"): NAME:TAG@sha256:... failed on
+    every node. The digest, which names the image, goes alone."""
+    image = f"127.0.0.1:5000/pytorch-cpu-dev:0123456789ab-2.13@{DIGEST}"
+    text = generate(run_cli, tmp_path, image, "--runtime", "apptainer", "--gpus-per-node", "0").read_text()
+    assert f" docker://127.0.0.1:5000/pytorch-cpu-dev@{DIGEST} " in text and "-2.13@" not in text
+
+
 def test_pyxis_refuses_a_sif_file_in_one_line(run_cli) -> None:
     """A .sif is Apptainer's image file; pyxis takes a registry reference. It ended in a ReferenceError traceback."""
     code, out, err = run_cli("slurm", "/shared/pytorch.sif", "--runtime", "pyxis", "--shm-size", "8g", "--framework",
@@ -406,6 +444,51 @@ def test_an_unresolvable_first_node_fails_fast_naming_it(run_cli, tmp_path: Path
     assert parse_output(proc.stdout + proc.stderr).reason == message
 
 
+def test_a_node_scontrol_cannot_show_is_named_not_a_silent_exit(run_cli, tmp_path: Path) -> None:
+    """`scontrol show node` failing (the controller busy or restarting) ended the script under `set -e` with exit 1
+    and no line of its own, so the job read "ended without a result"; now the node is named as unresolvable."""
+    script = generate(run_cli, tmp_path, IMAGE, "--runtime", "pyxis", "--gpus-per-node", "0")
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "scontrol").write_text(
+        '#!/bin/sh\nif [ "$2" = node ]; then echo "slurm_load_node error: Unable to contact slurm controller" >&2; '
+        'exit 1; else printf "ghost1\\nghost2\\n"; fi\n')
+    (stubs / "srun").write_text('#!/bin/sh\necho "srun $*" >> "$STUB_LOG"\n')
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    log = tmp_path / "stub.log"
+    log.write_text("")
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path, env={
+        **os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_LOG": str(log), "SLURM_JOB_ID": "9",
+        "SLURM_JOB_NODELIST": "ghost[1-2]", "SLURM_SUBMIT_DIR": str(tmp_path),
+        "SCRIPTS_DIR": str(REPO / "image-tests/pytorch/scripts")})
+    calls = log.read_text().splitlines()
+    message = ("DDP check failed: cannot resolve the address of node ghost1 (NodeAddr unknown), which hosts "
+               "the rendezvous; set RDZV_ADDR to its IP address")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == message, proc.stderr
+    assert calls == []   # nothing started
+    assert parse_output(proc.stdout + proc.stderr).reason == message
+
+
+@pytest.mark.parametrize(("runtime", "reader"), [("apptainer", "apptainer's --bind"),
+                                               ("pyxis", "pyxis' --container-mounts")])
+def test_a_submit_folder_with_a_bind_separator_stops_the_job_naming_it(run_cli, tmp_path: Path, runtime: str,
+                                                                       reader: str) -> None:
+    """The job folder (in the submit folder) goes into the runtime's bind list, SRC:DST:ro, comma-separated: a
+    submit folder with ':' or ',' bound another path, or none, and the container failed with the runtime's own
+    error. The job stops before anything starts, naming the folder."""
+    script = generate(run_cli, tmp_path, IMAGE, "--runtime", runtime, "--gpus-per-node", "0")
+    submit = tmp_path / "runs:2026,a"
+    submit.mkdir()
+    proc, calls = _resolve_run(tmp_path, script, "NodeName=ghost1 NodeAddr=127.0.0.1",
+                               {"SLURM_SUBMIT_DIR": str(submit)})
+    message = (f"DDP check failed: the job folder {submit}/.ddp-check-9 holds a ',' or ':', which {reader} reads "
+               "as separators; submit from a folder without them")
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == message, proc.stderr
+    assert calls == [] and not list(submit.iterdir())   # nothing started, no job folder left
+    assert parse_output(proc.stdout + proc.stderr).reason == message
+
+
 def test_every_nodes_address_goes_to_torchrun_or_the_job_stops_naming_the_node(run_cli, tmp_path: Path) -> None:
     """torchrun's agent of group rank 0 gives the workers its own address (MASTER_ADDR), by default its node's
     name: each node's address goes to the verifier, which passes it as --local-addr."""
@@ -494,6 +577,61 @@ def test_a_bundle_of_another_platform_than_the_nodes_is_refused_before_the_check
     assert proc.returncode == 2, proc.stderr
     assert cause.format(host=platform.machine()) in proc.stderr, proc.stderr
     assert all("--kill-on-bad-exit=1" not in c for c in calls), "the check itself never started"
+
+
+def test_a_node_that_does_not_run_the_architecture_step_stops_the_job_naming_the_step(run_cli,
+                                                                                    tmp_path: Path) -> None:
+    """The oci script's `srun uname -m` step ran inside "$(...)" under set -e and pipefail: a node that never started
+    it ended the script with srun's exit and no line of its own (the job read "ended without a result"). It is named
+    as the /dev/shm step's failure is."""
+    bundle = fake_bundle(tmp_path)
+    script = generate(run_cli, tmp_path, str(bundle), "--runtime", "oci", "--nodes", "2", "--gpus-per-node", "0",
+                      "--shm-size", "1m", "--framework", "pytorch")
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "srun").write_text('#!/bin/sh\necho "srun $*" >> "$STUB_LOG"\n'
+                                'echo "srun: error: Nodes n2 are still not ready" >&2; exit 1\n')
+    (stubs / "scontrol").write_text(SCONTROL)
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    log = tmp_path / "stub.log"
+    log.write_text("")
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_LOG": str(log), "SLURM_JOB_ID": "7",
+           "SLURM_JOB_NODELIST": "localhost,node2", "SLURM_SUBMIT_DIR": str(tmp_path),
+           "SCRIPTS_DIR": str(REPO / "image-tests/pytorch/scripts")}
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    message = ("DDP check failed: the architecture check step (srun uname -m) failed (exit 1): a node did not run "
+               "it (srun's error above)")
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == message, proc.stderr
+    assert len(log.read_text().splitlines()) == 1   # nothing ran after it
+    assert parse_output(proc.stdout + proc.stderr).reason == message
+
+
+@pytest.mark.parametrize("runtime", ["apptainer", "pyxis"])
+def test_a_node_that_does_not_run_the_dev_shm_step_stops_the_job_naming_the_step(run_cli, tmp_path: Path,
+                                                                                runtime: str) -> None:
+    """The /dev/shm step (srun bash -c ...) ran as a plain line under set -e: a node that never started it ended the
+    script with srun's exit and no line of its own (the job read "ended without a result"). It is named."""
+    script = generate(run_cli, tmp_path, IMAGE, "--runtime", runtime, "--nodes", "2", "--gpus-per-node", "0")
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "srun").write_text('#!/bin/sh\necho "srun $*" >> "$STUB_LOG"\n'
+                                'echo "srun: error: Nodes node2 are still not ready" >&2; exit 1\n')
+    (stubs / "scontrol").write_text(SCONTROL)
+    for stub in stubs.iterdir():
+        stub.chmod(0o755)
+    log = tmp_path / "stub.log"
+    log.write_text("")
+    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_LOG": str(log), "SLURM_JOB_ID": "7",
+           "SLURM_JOB_NODELIST": "localhost,node2", "SLURM_SUBMIT_DIR": str(tmp_path),
+           "SCRIPTS_DIR": str(REPO / "image-tests/pytorch/scripts")}
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    message = ("DDP check failed: the /dev/shm check step failed (exit 1): a node's /dev/shm is too small (above), "
+               "or the step did not start there (srun's error above)")
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == message, proc.stderr
+    assert len(log.read_text().splitlines()) == 1   # the check itself never started
+    assert parse_output(proc.stdout + proc.stderr).reason == message
+    assert not list(tmp_path.glob(".ddp-check-*")), "the job folder is removed"
 
 
 # A folder name that ended "${VAR:-...}" early (`}`) or ran on the batch host ($(...), a backtick, `"`).

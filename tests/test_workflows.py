@@ -128,6 +128,23 @@ def test_ci_matrix_narrows_real_plan_output(run_cli, tmp_path: Path, fixture_pro
     assert code == 2 and out == "" and "pytorch-cpu:9.9" in err
 
 
+def test_the_plan_jobs_cell_list_of_a_big_matrix_is_one_ci_matrix_takes(run_cli, tmp_path: Path) -> None:
+    """The plan job runs `ci-matrix --cells` with every cell of the workflow, and --cells took at most 512
+    characters (one selector's bound): a matrix of some 20 cells rendered a nightly whose plan job failed every
+    night with exit 2. ci-matrix takes the list the render writes."""
+    from buildtool.render.workflows import _plan_job
+
+    cells = [f"pytorch-cuda-{n}:2.{n}.0-cu129" for n in range(40)]
+    run = next(step["run"] for step in _plan_job(cells)["steps"] if step.get("id") == "plan")
+    given = run.split("--cells ", 1)[1].split()[0]
+    assert len(given) > 512 and given.split(",") == cells
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"include": [{"cell": c} for c in cells]}))
+    code, out, err = run_cli("workflows", "ci-matrix", "--plan", str(plan), "--cells", given)
+    assert code == 0, err
+    assert [e["cell"] for e in json.loads(out.removeprefix("matrix="))["include"]] == cells
+
+
 @pytest.mark.parametrize("cells", ["", ",", ",,"])
 def test_ci_matrix_refuses_an_empty_cell_list(run_cli, tmp_path: Path, cells: str) -> None:
     """`--cells ,` names no cell: an empty CI matrix is refused (exit 2), never printed."""

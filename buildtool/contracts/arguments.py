@@ -282,6 +282,18 @@ LABEL_LIST = _word(r"[A-Za-z0-9_.-]{1,64}(?:,[A-Za-z0-9_.-]{1,64}){0,31}", "a co
 GIT_REF = _word(r"(?!.*\.\.)(?!.*//)[A-Za-z0-9][A-Za-z0-9._/+-]{0,254}",
                 "a git commit, branch or tag (letters, digits, '.', '_', '/', '+', '-')")
 CELL = _word(r"[A-Za-z0-9_.-]{1,128}:[A-Za-z0-9_.+-]{1,128}", "a cell (image:version)", empty=True)
+_CELL_LIST = _re(r"[A-Za-z0-9_.:,+-]*")
+
+
+def _cell_list(option: str, value: str) -> object:
+    """`workflows ci-matrix --cells`: the plan job's list of every cell of its workflow, past one selector's 512
+    characters once a matrix has some 20 cells (an empty item is ci-matrix's to refuse)."""
+    argcheck.plain(option, value, limit=65_536)
+    if not _CELL_LIST.match(value):
+        raise UserError(f"{option} {shown(value)} is not a comma list of cells (image:version)")
+    return value
+
+
 IMAGE_OR_FILE: Grammar = _sif_or_reference
 
 MATRIX = ("--matrix", PATH)   # the text; the loader names a missing file, a folder, a pipe (read here, no call out)
@@ -407,7 +419,7 @@ ARGUMENTS: dict[str, dict[str, tuple[str, Grammar]]] = {
     "verify": {"image": ("IMAGE", REFERENCE), "trust_local_key": ("--trust-local-key", FLAG),
                "keys": ("--keys", FILE), "accept_skip": ("--accept-skip", _each(_skip_waiver)), "as_json": JSON,
                "matrix": MATRIX},
-    "workflows ci-matrix": {"plan": ("--plan", FILE), "cells": ("--cells", SELECTORS)},
+    "workflows ci-matrix": {"plan": ("--plan", FILE), "cells": ("--cells", _cell_list)},
     "workflows write": {"gpu_labels": ("--gpu-labels", LABEL_LIST), "cron": ("--cron", CRON),
                         "out_dir": ("--out", OUT_DIR), "matrix": MATRIX},
 }

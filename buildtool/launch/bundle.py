@@ -84,6 +84,14 @@ class Bundle:
     entrypoint: tuple[str, ...] = ()   # the image's ENTRYPOINT (also in ENTRYPOINT_FILE, for the sbatch script)
 
 
+def docker_transport(image: str) -> str:
+    """`docker://IMAGE` as containers/image reads it (skopeo, Apptainer's docker:// pulls), which refuses a reference
+    with a tag and a digest ("both a tag and digest are currently not supported"): the digest, which names the image,
+    goes alone."""
+    ref = argcheck.reference("IMAGE", image)
+    return f"docker://{ref.registry}/{ref.repository}@{ref.digest}" if ref.tag and ref.digest else f"docker://{image}"
+
+
 def shm_bytes(size: str, what: str = "--shm-size") -> int:
     """A /dev/shm size (8g, 512m, 1048576) in bytes, by the one rule (sizes.shm_bytes); UserError naming WHAT."""
     try:
@@ -279,7 +287,7 @@ def make_bundle(request: BundleRequest, log: Callable[[str], None] = lambda _: N
         chosen = [f"--override-os={platform.os}", f"--override-arch={platform.architecture}"]
         # Plain HTTP, CA and credentials (a private --src-authfile) as the registry client has them.
         with skopeo_access(ref.registry, "src") as access:
-            _run([skopeo, *chosen, "copy", "--quiet", *access, f"docker://{image}", f"oci:{layout}:image"],
+            _run([skopeo, *chosen, "copy", "--quiet", *access, docker_transport(image), f"oci:{layout}:image"],
                  COPY_TIMEOUT_S, f"skopeo copy of {image}")
         digest, config = _layout_config(layout)
         entrypoint = layout_entrypoint(layout)

@@ -177,7 +177,9 @@ def _container(job: MultiNodeJob, opts: PodOptions, name: str, command: list[str
     container: dict[str, Any] = {
         "name": name,
         "image": job.image,
-        "imagePullPolicy": "IfNotPresent",
+        # A tag may have moved (a cell's {version} and latest follow its newest release) since a node pulled it: it
+        # is resolved at every start; a digest names one image, which a node's cache holds as it is.
+        "imagePullPolicy": "IfNotPresent" if argcheck.reference("IMAGE", job.image).digest else "Always",
         # `args`, never `command`: the image's ENTRYPOINT runs first, with the check as its arguments, as it does
         # under validate. NGC's entrypoint sets up CUDA's forward-compatibility libraries (the older drivers
         # contracts.driver_rules admits need them); `command` would replace it (issue 39).

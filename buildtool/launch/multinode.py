@@ -286,6 +286,10 @@ def check_of(framework: Framework) -> MultiNodeCheck:
     if framework.multinode is None:
         raise UserError(f"framework {framework.name} declares no multi-node check: add `multinode: {{script: ..., "
                         f"launcher: {'|'.join(LAUNCHERS)}}}` to image-tests/{framework.name}/framework.yaml")
+    if framework.multinode.script in VERIFY_FILES:   # one folder holds both: the shipped file would replace it
+        raise UserError(f"image-tests/{framework.name}/framework.yaml: multinode.script "
+                        f"{framework.multinode.script!r} is the name of a file shipped beside the check "
+                        f"({', '.join(VERIFY_FILES)}), which would replace it in the job; rename the script")
     return framework.multinode
 
 

@@ -221,7 +221,7 @@ class SlurmLauncher:
                         first_node_hosts=job.launcher.first_node_hosts)
         self.workdir.mkdir(parents=True, exist_ok=True)
         script = self.workdir / f"{job.name}.sbatch"
-        script.write_text(render(job, opts, work), encoding="utf-8")
+        write_atomic(script, render(job, opts, work))   # a full disk leaves no half script anyone could submit
         end = run_job(script, cwd=self.workdir, timeout_s=timeout_s, env=self.env)
         return (0 if end.state == "COMPLETED" else 1), f"{end.output}\n[job {end.job_id}: {end.state} {end.exit_code}]"
 

@@ -23,8 +23,8 @@ from typing import Any
 
 from buildtool.common.documents import render_document
 from buildtool.common.errors import UserError
-from buildtool.common.refs import split_reference
-from buildtool.launch.bundle import ENTRYPOINT_FILE, JOBS_DIR, JOBS_MOUNT, META_FILE, shm_bytes
+from buildtool.common.refs import parse_reference
+from buildtool.launch.bundle import ENTRYPOINT_FILE, JOBS_DIR, JOBS_MOUNT, META_FILE, docker_transport, shm_bytes
 from buildtool.launch.launchers import IS_HOST, LOCAL_ADDR, PROCESS_ID
 from buildtool.launch.multinode import (
     MOUNT_DIR,
@@ -88,9 +88,10 @@ class Workload:
 
 
 def enroot_image(image: str) -> str:
-    """Docker reference -> the `registry#path:tag` form pyxis/enroot expect."""
-    host, path, tag = split_reference(image)
-    suffix = tag if tag.startswith("@") else f":{tag}"
+    """Docker reference -> the `registry#path:tag` form pyxis/enroot expect. enroot's URI has no `@digest`: a digest
+    (which wins over a tag beside it) goes where enroot takes the manifest reference it fetches, `:sha256:<hex>`."""
+    ref = parse_reference(image)
+    host, path, suffix = ref.registry, ref.repository, f":{ref.digest or ref.tag or 'latest'}"
     if host == "docker.io":
         return f"{path.removeprefix('library/')}{suffix}"
     return f"{host}#{path}{suffix}"
@@ -165,7 +166,7 @@ def _container(job: MultiNodeJob, opts: SlurmOptions, work: Workload) -> list[st
     # `apptainer run` (the runscript: ENTRYPOINT, then the arguments; `exec` skips it) and pyxis'
     # --container-entrypoint (without it enroot runs the command alone).
     if opts.runtime == "apptainer":
-        source = job.image if job.image.endswith(".sif") else f"docker://{job.image}"
+        source = job.image if job.image.endswith(".sif") else docker_transport(job.image)
         nv = ["--nv"] if job.gpus_per_node else []
         return ["apptainer", "run", *nv, "--bind", f"$workdir:{MOUNT_DIR}:ro", source]
     if opts.runtime == "pyxis":

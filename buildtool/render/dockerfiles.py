@@ -55,16 +55,16 @@ class UnsafeValue(TemplateError):
     """A value that would change the Dockerfile's structure (exit 2)."""
 
 
-def _one_line(value: object, what: str) -> None:
-    """A string from the matrix never holds a line break (nor another control character): in a
-    Dockerfile it would end the instruction it sits in and start one of the matrix's choosing."""
+def _one_line(value: object, what: str, where: str = "matrix.yaml") -> None:
+    """A string from the matrix (or a framework.yaml, WHERE) never holds a line break (nor another control
+    character): in a Dockerfile it would end the instruction it sits in and start one of the file's choosing."""
     if isinstance(value, str):
         if _LINE_BREAKS.search(value):
             raise UnsafeValue(f"{what} {value!r} contains a line break or control character; it cannot go into "
-                              "a Dockerfile (fix it in matrix.yaml)")
+                              f"a Dockerfile (fix it in {where})")
     elif isinstance(value, tuple | list):
         for item in value:
-            _one_line(item, what)
+            _one_line(item, what, where)
 
 
 def sh_word(value: object) -> str:
@@ -97,12 +97,14 @@ def env_word(value: object) -> str:
 
 
 class _Environment(jinja2.Environment):
-    """Checks every value a template reads from a cell (see `_one_line`)."""
+    """Checks every value a template reads from a cell or a framework's row (see `_one_line`)."""
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         value = super().getattr(obj, attribute)
         if isinstance(obj, Cell | Run | StandIn):
             _one_line(value, f"{type(obj).__name__.lower()}.{attribute}")
+        elif isinstance(obj, frameworks.Framework):
+            _one_line(value, attribute, f"image-tests/{obj.name}/framework.yaml")
         return value
 
 
