@@ -419,3 +419,16 @@ def test_a_framework_yaml_over_the_matrix_size_limit_is_refused_naming_it(tmp_pa
     assert str(caught.value) == (f"{WHERE}: is 16.0 MiB; a framework.yaml is at most 16 MiB (remove generated "
                                  "content)")
     assert frameworks.MAX_ROW_BYTES == yamlsource.MAX_BYTES     # the same limit as a matrix file's
+
+
+@pytest.mark.parametrize("char", ["\\u2028", "\\u2029", "\\x85", "\\N", "\\x9b"])   # YAML's escapes
+def test_a_title_with_a_line_break_or_c1_control_is_refused_where_the_row_is_read(tmp_path: Path, char: str) -> None:
+    """The title's pattern kept out C0 controls and DEL only: U+2028, U+2029 and C1 controls (NEL, CSI), written
+    with YAML's escapes in a quoted title, passed the row, and only the Dockerfile render refused them; every other
+    reader (docs, reports, a terminal) took them as they were. The row itself now refuses them, naming the key."""
+    folder = _folder(tmp_path)
+    path = folder / "framework.yaml"
+    path.write_text(_edit(path.read_text(), "title: FixtureFW\n", f'title: "Fixture{char}FW"\n'), encoding="utf-8")
+    with pytest.raises(frameworks.TableError) as caught:
+        frameworks.load_row(folder)
+    assert str(caught.value).startswith(f"{WHERE}: title: String should match pattern"), str(caught.value)

@@ -124,7 +124,7 @@ def _row_model() -> Any:
         model_config = ConfigDict(extra="forbid", frozen=True)
 
         name: Annotated[StrictStr, Field(pattern=f"^{_NAME}$", max_length=40)]
-        title: Annotated[StrictStr, Field(min_length=1, max_length=40, pattern=r"^[^\x00-\x1f\x7f]+$")]
+        title: Annotated[StrictStr, Field(min_length=1, max_length=40, pattern=r"^[^\x00-\x1f\x7f-\x9f\u2028\u2029]+$")]
         module: Annotated[StrictStr, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")]
         # At least one: a stand-in's requirement and framework_requirements are found by these.
         distributions: Annotated[tuple[Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")], ...],
