@@ -432,3 +432,16 @@ def test_a_title_with_a_line_break_or_c1_control_is_refused_where_the_row_is_rea
     with pytest.raises(frameworks.TableError) as caught:
         frameworks.load_row(folder)
     assert str(caught.value).startswith(f"{WHERE}: title: String should match pattern"), str(caught.value)
+
+
+def test_a_character_yaml_does_not_allow_is_refused_on_one_line(tmp_path: Path) -> None:
+    """A raw C1 control in framework.yaml (YAML refuses it: PyYAML's ReaderError) gave a two-line error, the
+    reader's own text with its newline: the message must be one line, as matrix.yaml's loader writes it."""
+    folder = _folder(tmp_path)
+    path = folder / "framework.yaml"
+    path.write_text(_edit(path.read_text(), "title: FixtureFW\n", "title: Fixture\x9bFW\n"), encoding="utf-8")
+    with pytest.raises(frameworks.TableError) as caught:
+        frameworks.load_row(folder)
+    assert str(caught.value).startswith(f"{WHERE}: not valid YAML (unacceptable character #x009b: special "
+                                        "characters are not allowed in "), str(caught.value)
+    assert "\n" not in str(caught.value)

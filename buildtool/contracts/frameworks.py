@@ -233,7 +233,8 @@ def load_row(folder: Path) -> Framework:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f":{mark.line + 1}" if mark is not None else ""
-        raise TableError(f"{where}{line}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+        said = " ".join(str(getattr(exc, "problem", None) or exc).split())    # a reader's error has a newline
+        raise TableError(f"{where}{line}: not valid YAML ({said})") from None
     if not isinstance(data, dict):
         raise TableError(f"{where}: must be a mapping of the framework's fields")
     from pydantic import ValidationError
