@@ -641,3 +641,22 @@ def test_a_memory_limit_not_above_dev_shm_is_exit_2(run_cli, memory: str, shm: s
     assert f"--memory {memory} is not above the pod's /dev/shm of" in err, err
     docs = generate(run_cli, IMAGE, "--memory", "9Gi", "--shm-size", "8g")
     assert _pod(docs[-1])["containers"][0]["resources"]["limits"]["memory"] == "9Gi"
+
+
+def test_a_check_script_the_configmap_cannot_hold_is_refused_naming_its_size() -> None:
+    """The ConfigMap carrying the check script and the verifier was never measured: Kubernetes refuses a ConfigMap
+    whose data values are over 1 MiB together (ValidateConfigMap sums len(value) against MaxSecretSize), so a large
+    check script made manifests the API server refuses at submit time, after the user was told they were written."""
+    from buildtool.contracts import frameworks
+    from buildtool.launch import k8s
+    from buildtool.launch.multinode import MultiNodeJob
+
+    check = frameworks.get("pytorch").multinode
+    job = MultiNodeJob(image="x:1", nodes=2, gpus_per_node=8, check=check)
+    fits = "#" * (k8s.MAX_CONFIGMAP_BYTES - sum(len(v.encode()) for v in VERIFY_FILES.values()))   # values only
+    assert k8s.config_map(job, PodOptions(), fits)["data"][check.script] == fits
+    with pytest.raises(UserError) as refused:
+        k8s.config_map(job, PodOptions(), fits + "#")
+    assert str(refused.value) == (
+        f"the Kubernetes ConfigMap with {check.script} and the verifier's files would hold "
+        f"{k8s.MAX_CONFIGMAP_BYTES + 1} bytes, over the 1048576 Kubernetes allows; make {check.script} smaller")

@@ -39,6 +39,7 @@ LABEL_APP = "app.kubernetes.io/name"
 LABEL_PART = "app.kubernetes.io/part-of"
 # GKE's NVIDIA driver installer mounts the driver's libraries here; CUDA images do not look there by themselves.
 GKE_DRIVER_LIBS = "/usr/local/nvidia/lib64"
+MAX_CONFIGMAP_BYTES = 1 << 20    # the API server's limit on a ConfigMap's data (core.MaxSecretSize)
 # An extended resource: `<DNS subdomain>/<name>` (Kubernetes' qualified name), outside kubernetes.io.
 _DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 _RESOURCE = re.compile(rf"(?P<prefix>{_DNS_SUBDOMAIN})/(?P<name>[A-Za-z0-9]([-A-Za-z0-9_.]{{0,61}}[A-Za-z0-9])?)")
@@ -153,8 +154,13 @@ def _check(job: MultiNodeJob) -> MultiNodeCheck:
 
 def config_map(job: MultiNodeJob, opts: PodOptions, source: str) -> dict[str, Any]:
     """The framework's check script (SOURCE), the verifier and the contracts it imports (VERIFY_FILES)."""
-    return {**_object(job, opts, "v1", "ConfigMap", f"{job.name}-scripts"),
-            "data": {_check(job).script: source, **VERIFY_FILES}}
+    script = _check(job).script
+    data = {script: source, **VERIFY_FILES}
+    size = sum(len(value.encode()) for value in data.values())    # what the API server sums (not the keys)
+    if size > MAX_CONFIGMAP_BYTES:
+        raise UserError(f"the Kubernetes ConfigMap with {script} and the verifier's files would hold {size} bytes, "
+                        f"over the {MAX_CONFIGMAP_BYTES} Kubernetes allows; make {script} smaller")
+    return {**_object(job, opts, "v1", "ConfigMap", f"{job.name}-scripts"), "data": data}
 
 
 def _container(job: MultiNodeJob, opts: PodOptions, name: str, command: list[str], port_name: str,
