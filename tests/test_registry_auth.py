@@ -651,3 +651,27 @@ def test_rate_limit_messages_and_client_messages_strip_a_url_the_same_one_way() 
     answer = Response(503, {}, b"")
     message = str(auth.rate_limited("PUT", url, answer, "3 attempts"))
     assert "_state" not in message and auth.without_query(url) == "https://registry.example/v2/r/blobs/uploads/abc"
+
+
+@pytest.mark.parametrize("echoed", ["password", "identity_token", "basic"])
+def test_a_token_server_that_echoes_the_secret_it_was_sent_never_puts_it_in_the_error(echoed: str) -> None:
+    """A token server's own words went into the refusal whole: one that echoes what it was sent (`invalid refresh
+    token <token>`, the Basic header it could not decode) put the password or token into a message CI logs."""
+    from buildtool.registry.credentials import Credential
+    from buildtool.registry.transport import Response
+
+    found = (Credential("alice", "pw-Sekr3t-4711", source="auths") if echoed != "identity_token"
+             else Credential(identity_token="refresh-Sekr3t-4711", source="auths"))
+    secret = {"password": found.password, "identity_token": found.identity_token, "basic": found.basic()}[echoed]
+    filler = "x" * 270    # the secret across the 300th character shown: never half of it either
+    answers = [Response(401, {}, json.dumps({"details": f"{filler} invalid credentials {secret}"}).encode()),
+               Response(401, {}, json.dumps({"error_description": f"bad grant {secret}"}).encode())]
+    auth = HostAuth("reg.example", lambda *a, **k: answers.pop(0) if answers else Response(404, {}, b""),
+                    resolve=lambda host: found)
+    challenge = Response(401, {"WWW-Authenticate": 'Bearer realm="https://auth.example/token",service="reg"'}, b"")
+    for _ in range(2):
+        with pytest.raises(CredentialsRefused) as refused:
+            auth.on_unauthorized(challenge, needed_scopes("GET", "team/a"), None)
+        message = str(refused.value)
+        assert "refused by its token server auth.example" in message and "****" in message, message
+        assert secret[:8] not in message, message

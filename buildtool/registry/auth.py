@@ -154,9 +154,10 @@ def token_life(expires_in: Any) -> float | None:
 
 # -- messages ----------------------------------------------------------------------------------
 
-def server_message(response: Response) -> str:
+def server_message(response: Response, secrets: Iterable[str] = ()) -> str:
     """The server's own words: registry `errors[].message`, a token server's `details`/`error_description`/
-    `error`/`message`, else the first line of a short text body."""
+    `error`/`message`, else the first line of a short text body; each of `secrets` in them masked (a server may
+    echo what it was sent), before they are cut."""
     try:
         body = response.json()
     except ValueError:
@@ -175,7 +176,10 @@ def server_message(response: Response) -> str:
         text = response.text.strip().splitlines()
         if text and len(text[0]) < 300 and not text[0].lstrip().startswith("<"):
             parts.append(text[0])
-    return one_line("; ".join(parts))[:300]     # one line: a message may hold newlines
+    said = "; ".join(parts)
+    for secret in sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True):
+        said = said.replace(secret, "****")
+    return one_line(said)[:300]     # one line: a message may hold newlines
 
 
 def without_query(url: str) -> str:
@@ -302,7 +306,7 @@ class HostAuth:
 
     def failure(self, response: Response, needed: frozenset[Triple], sent: str | None) -> RegistryError:
         """The one-line error for a 401 that another try will not cure."""
-        message = server_message(response)
+        message = self._said(response)
         said = f" ({message})" if message else ""
         found = self.credentials() if self.scheme else self._creds
         hidden = _hidden_repositories(response, needed)
@@ -323,6 +327,14 @@ class HostAuth:
                                  f"({found.source}) do not grant {describe(needed)}{said}"
                                  + (f"; {hidden} not found or not yours: check the name, and that{who or ' this user'}"
                                     " may use it" if hidden else ""))
+
+    def _said(self, response: Response) -> str:
+        """server_message without this host's secrets: the credentials' and every token's value."""
+        found = self._creds
+        held = [self._refresh_token, *(token.value for token, _ in self._tokens)]
+        if found is not None:
+            held += [found.identity_token, *((found.password, found.basic()) if found.password else ())]
+        return server_message(response, held)
 
     def _realm_host(self) -> str:
         return urlsplit(self.realm).netloc or self.realm
@@ -359,7 +371,7 @@ class HostAuth:
     def _accept(self, response: Response, want: frozenset[Triple], started: float,
                 sent: creds_mod.Credential | None) -> Token:
         server = self._realm_host()
-        message = server_message(response)
+        message = self._said(response)
         said = f": {message}" if message else ""
         if response.status_code in (401, 403):
             if sent is not None:
