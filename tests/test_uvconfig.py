@@ -91,6 +91,22 @@ def test_a_token_given_as_the_user_name_is_redacted_and_scrubbed():
     assert redact("https://user:tok123@a.example/simple") == "https://user:****@a.example/simple"
 
 
+def test_a_token_given_as_the_user_name_before_an_empty_password_is_redacted(monkeypatch):
+    """`https://TOKEN:@host/` (Gemfury's documented index URL: the token is the user name, the password empty) was
+    shown as `https://TOKEN:****@host/`: the colon made redact keep the user name, the token itself, in the log line
+    that says an index cannot be reached and in the errors that name the index."""
+    from buildtool.imagebuild.cell_inputs import secret_strings
+
+    url = "https://fury_Tok3nABCD:@pypi.fury.io/acme/"
+    assert redact(url) == "https://****@pypi.fury.io/acme/"
+    lines: list[str] = []
+    monkeypatch.setattr(pipconfig, "answers", lambda url, cert="", timeout=10.0: False)
+    assert reachable((url,), lines.append) == ()
+    assert lines and "fury_Tok3nABCD" not in lines[0] and "https://****@pypi.fury.io/acme/" in lines[0]
+    assert secret_strings(HostPip(index_url=url)) == ["fury_Tok3nABCD"]
+    assert redact("https://user:tok123@a.example/simple") == "https://user:****@a.example/simple"   # as before
+
+
 def test_a_stand_in_build_log_is_scrubbed_of_index_tokens(tmp_path, monkeypatch):
     """The stand-in build ran with the host's pip settings but never scrubbed its log, as the builder does."""
     from buildtool.imagebuild import bases, engine
