@@ -675,3 +675,32 @@ def test_a_token_server_that_echoes_the_secret_it_was_sent_never_puts_it_in_the_
         message = str(refused.value)
         assert "refused by its token server auth.example" in message and "****" in message, message
         assert secret[:8] not in message, message
+
+
+@pytest.mark.parametrize("echo", ["json", "text", "html"])
+def test_a_registry_error_that_echoes_the_authorization_it_was_sent_never_puts_it_in_the_error(echo: str) -> None:
+    """A registry's (or a proxy's) error body went into the error as it came: one that echoes the request's headers
+    (`bad header: Basic <base64 of user:password>`) put the credentials into a message CI logs and the nightly
+    report publishes."""
+    import email.message
+
+    from buildtool.registry.credentials import Credential
+    from buildtool.registry.transport import Response
+
+    found = Credential("alice", "pw-Sekr3t-4711", source="auths")
+    c = RegistryClient("127.0.0.1:1")
+    c.auth = HostAuth("127.0.0.1:1", c._exchange, resolve=lambda host: found)
+    c.auth.scheme = "basic"
+
+    def answer(method: str, url: str, *, headers: dict[str, str], **kw: object) -> Response:
+        said = f"bad header: Authorization: {headers['Authorization']}"
+        body = {"json": json.dumps({"errors": [{"code": "UNSUPPORTED", "message": said}]}), "text": said,
+                "html": f"<html><title>{said}</title></html>"}[echo]
+        return Response(400, email.message.Message(), body.encode())
+
+    c._exchange = answer  # type: ignore[method-assign]
+    with pytest.raises(RegistryError) as failed:
+        c.request("PUT", "a/manifests/t")
+    message = str(failed.value)
+    assert "bad header: Authorization: Basic ****" in message, message
+    assert found.basic()[:8] not in message and found.password not in message, message

@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from buildtool.registry import credentials as creds_mod
-from buildtool.registry.answers import one_line
+from buildtool.registry.answers import masked, one_line
 from buildtool.registry.call_errors import (
     CredentialsRefused,
     InsufficientScope,
@@ -176,10 +176,7 @@ def server_message(response: Response, secrets: Iterable[str] = ()) -> str:
         text = response.text.strip().splitlines()
         if text and len(text[0]) < 300 and not text[0].lstrip().startswith("<"):
             parts.append(text[0])
-    said = "; ".join(parts)
-    for secret in sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True):
-        said = said.replace(secret, "****")
-    return one_line(said)[:300]     # one line: a message may hold newlines
+    return one_line(masked("; ".join(parts), secrets))[:300]     # one line: a message may hold newlines
 
 
 def without_query(url: str) -> str:
@@ -328,13 +325,16 @@ class HostAuth:
                                  + (f"; {hidden} not found or not yours: check the name, and that{who or ' this user'}"
                                     " may use it" if hidden else ""))
 
-    def _said(self, response: Response) -> str:
-        """server_message without this host's secrets: the credentials' and every token's value."""
+    def secrets(self) -> list[str]:
+        """What this host's messages never show: the credentials' secrets and every token's value."""
         found = self._creds
         held = [self._refresh_token, *(token.value for token, _ in self._tokens)]
         if found is not None:
             held += [found.identity_token, *((found.password, found.basic()) if found.password else ())]
-        return server_message(response, held)
+        return held
+
+    def _said(self, response: Response) -> str:
+        return server_message(response, self.secrets())
 
     def _realm_host(self) -> str:
         return urlsplit(self.realm).netloc or self.realm
