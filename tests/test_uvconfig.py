@@ -58,6 +58,38 @@ def test_secrets_session_writes_private_uv_toml_and_lock_urls(tmp_path: Path, mo
     assert not plain.exists() and not urls.exists()   # gone with the session
 
 
+def test_the_loopback_server_never_serves_a_hidden_file_of_the_folder_above_an_index(tmp_path: Path, monkeypatch):
+    """A local index is served from the folder above its `simple/` (its pages link to ../../files/): for an index
+    at ~/simple that is the home folder, and ~/.docker/config.json, ~/.netrc or ~/.ssh were served to every local
+    user and every build step on loopback for the whole build. No package file or index page is a hidden one."""
+    import urllib.error
+    import urllib.request
+
+    monkeypatch.setattr(pipconfig, "answers", lambda url, cert="", timeout=10.0: True)
+    home = tmp_path / "home"
+    (home / "simple" / "a").mkdir(parents=True)
+    (home / "simple" / "a" / "index.html").write_text('<a href="../../files/a-1-py3-none-any.whl">a</a>')
+    (home / "files").mkdir()
+    (home / "files" / "a-1-py3-none-any.whl").write_bytes(b"wheel")
+    (home / ".docker").mkdir()
+    (home / ".docker" / "config.json").write_text('{"auths": {"reg.example": {"auth": "c2VjcmV0OnMzY3JldA=="}}}')
+    (home / ".netrc").write_text("default login someone password hunter2\n")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def status(url: str) -> int:
+        try:
+            with opener.open(url, timeout=10) as answer:
+                return answer.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    with pip_secrets(HostPip(index_url=f"file://{home}/simple")) as secrets:
+        root = secrets.served[f"{home}/simple"].removesuffix("simple/")
+        assert status(f"{root}simple/a/") == status(f"{root}files/a-1-py3-none-any.whl") == 200
+        assert [status(f"{root}{hidden}") for hidden in (".docker/config.json", ".netrc", ".docker/", "%2Enetrc")] \
+            == [404, 404, 404, 404]
+
+
 def test_lock_urls_take_every_character_of_a_folder_literally(tmp_path: Path):
     """A folder name with sed's special characters maps itself and nothing else (`.` is not any character)."""
     script = tmp_path / "lock-urls"

@@ -266,7 +266,9 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         path = unquote(urlsplit(path).path)
         prefix, _, rest = path.lstrip("/").partition("/")
         root = self.mounts.get(prefix)
-        if root is None:
+        # No hidden file or folder: none is a package or an index page, and the folder above a local index may be a
+        # home folder (~/.docker/config.json, ~/.netrc, ~/.ssh), served to every local user while the build runs.
+        if root is None or any(part.startswith(".") for part in rest.split("/")):
             return "/nonexistent-pip-mount"
         target = (root / rest).resolve()
         if not target.is_relative_to(root):  # no escape through `..` or links
