@@ -704,3 +704,18 @@ def test_a_registry_error_that_echoes_the_authorization_it_was_sent_never_puts_i
     message = str(failed.value)
     assert "bad header: Authorization: Basic ****" in message, message
     assert found.basic()[:8] not in message and found.password not in message, message
+
+
+@pytest.mark.parametrize("value", ["tok-Sekr3t-99\r\nX-Evil: 1", "tok-Sekr3t-99 more", "tok-Sekr3t-99\x00"])
+def test_a_token_that_is_no_header_value_is_refused_without_showing_it(value: str) -> None:
+    """A token server answering a token with a line break (or a space, a NUL) had it sent as `Bearer <token>`:
+    http.client (or requests) refused the header with a ValueError traceback that quoted the header, the token
+    itself, in the CI log."""
+    auth = _token_answering({"token": value, "expires_in": 300}, [0.0])
+    with pytest.raises(RegistryError) as refused:
+        auth.header(PULL_X)
+    message = str(refused.value)
+    assert message == ("token server auth.example for reg.example answered a token that is no HTTP header value (a "
+                       "space, a control or a non-ASCII character: RFC 6750's b64token is printable ASCII); not "
+                       "sent"), message
+    assert "Sekr3t" not in message

@@ -392,6 +392,10 @@ class HostAuth:
         if not isinstance(value, str) or not value:
             raise RegistryError(f"token server {server} for {self.host} answered without a token "
                                 "(no JSON `token` or `access_token`)")
+        if not re.fullmatch(r"[\x21-\x7e]+", value):   # never quoted: the HTTP client's own refusal quoted it whole
+            raise RegistryError(f"token server {server} for {self.host} answered a token that is no HTTP header value "
+                                "(a space, a control or a non-ASCII character: RFC 6750's b64token is printable "
+                                "ASCII); not sent")
         life = token_life(body.get("expires_in"))
         if life is None:
             raise RegistryError(f"token server {server} for {self.host} answered an expires_in of "
