@@ -151,8 +151,8 @@ def shown(value: str) -> str:
     userinfo, at, location = rest.rpartition("@")
     if not at:
         return value
-    user, colon, _ = userinfo.partition(":")
-    return f"{scheme}{sep}{user}:***@{location}" if colon else f"{scheme}{sep}***@{location}"
+    user, _, password = userinfo.partition(":")   # `TOKEN:@proxy`: no password, the user name is the token
+    return f"{scheme}{sep}{user}:***@{location}" if password else f"{scheme}{sep}***@{location}"
 
 
 def redirects(*kinds: str, env: dict[str, str] | None = None) -> str:

@@ -348,6 +348,18 @@ def test_key_files_load_only_ed25519(tmp_path: Path) -> None:
     assert base64.b64decode(json.loads(envelope("r", D1, verdict(CPU, D1)))["payload"])
 
 
+def test_a_private_key_and_the_signing_key_holding_it_never_show_the_key_in_their_repr(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """PrivateKey's repr (a dataclass's, of every field) held the PEM: a log line, a traceback's locals or an error
+    that showed a SigningKey printed the private key itself."""
+    monkeypatch.setenv("DL_IMAGES_BUILDER_KEY", KEY.pem.decode())
+    found = signing_key(print, role="builder")
+    body = KEY.pem.decode().split("-----")[2].strip()
+    for shown in (repr(KEY), repr(found), repr(load_private(KEY.pem, "x")), str(found)):
+        assert body[:16] not in shown and KEY.keyid in shown, shown
+    assert found.key.pem.strip() == KEY.pem.strip() and found.key.keyid == KEY.keyid
+
+
 @pytest.mark.parametrize(("change", "cause"), [
     ({"tests": "all good"}, "`tests`: input should be a valid list"),
     ({"defined_tests": [1, 2]}, "`defined_tests[0]`: input should be a valid string (got int '1')"),

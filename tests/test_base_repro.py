@@ -328,3 +328,45 @@ def test_a_debian_bases_log_is_private_and_masked_as_an_image_build_log_is(mmdeb
                          "linux/amd64", state, print, bases.LogFile(log, [token]))
     assert "I: Get https://user:****@mirror.example.invalid/debian bookworm\n" in log.read_text()
     assert token not in log.read_text() and log.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_netrc_login_never_goes_to_the_archive_nor_where_it_redirects(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The release file was fetched with requests' defaults: ~/.netrc's login for the archive's host (its `default`
+    entry for any host) went to the archive, over plain HTTP, and again to wherever it redirected; the URLs come
+    from the build log, and the build's apt never had that login."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from buildtool.imagebuild import archive_state
+
+    seen: list[str | None] = []
+
+    class Archive(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            seen.append(self.headers.get("Authorization"))
+            moved = self.path.startswith("/old/")
+            self.send_response(302 if moved else 200)
+            if moved:   # another host name for the same server: requests reads the netrc again for it
+                self.send_header("Location", f"http://localhost:{self.server.server_address[1]}/debian/InRelease")
+            self.send_header("Content-Length", "0" if moved else str(len(IN_RELEASE)))
+            self.end_headers()
+            self.wfile.write(b"" if moved else IN_RELEASE)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    netrc = tmp_path / "netrc"
+    netrc.write_text("default login someone password hunter2\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Archive)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        got = archive_state.get(f"http://127.0.0.1:{server.server_address[1]}/old/InRelease")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert got == IN_RELEASE and seen == [None, None], seen

@@ -99,6 +99,18 @@ def test_a_proxys_token_never_reaches_the_verdict(proxy, masked):
     assert "s3cr3t" not in harness.redirects("proxy", env={"HTTPS_PROXY": proxy})
 
 
+@pytest.mark.parametrize("proxy", ["http://s3cr3t-token:@proxy.invalid:3128", "s3cr3t-token:@proxy.invalid:3128"])
+def test_a_proxy_token_given_as_the_user_name_before_an_empty_password_never_reaches_the_verdict(proxy):
+    """`http://TOKEN:@proxy` (a token as the user name, the password empty, as curl's `-U TOKEN:` writes it) was shown
+    as `http://TOKEN:***@proxy`: the colon alone made harness.shown keep the user name, the token itself, in the
+    test's message, the verdict and the nightly report."""
+    masked = proxy.replace("s3cr3t-token:", "***")
+    problem = network_env.proxy_problem({"https_proxy": proxy}, ["172.18.0.0/16"])
+    assert "s3cr3t" not in problem and problem.startswith(f"https_proxy={masked} set in the image"), problem
+    assert "s3cr3t" not in harness.redirects("proxy", env={"HTTPS_PROXY": proxy})
+    assert harness.shown("http://bob:pw@proxy.invalid:3128") == "http://bob:***@proxy.invalid:3128"   # as before
+
+
 def test_no_proxy_variable_means_no_problem():
     assert network_env.proxy_problem({"no_proxy": "x"}, []) == ""
 

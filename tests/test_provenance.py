@@ -361,6 +361,24 @@ def test_the_builder_id_is_a_documented_uri_per_builder_key_without_a_ci_run(mon
         build_provenance.builder_id(KEY.keyid)
 
 
+def test_a_builder_id_with_credentials_is_refused_without_showing_them(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DL_IMAGES_BUILDER_ID with user info (`https://bot:TOKEN@ci.example/...`, a CI URL copied from a clone URL)
+    passed the https-URI check and went whole into every provenance the builder key signed: the token was published
+    in an attestation anyone who may pull could read."""
+    secret = "ghp_Sekr3tT0ken"
+    monkeypatch.setenv("DL_IMAGES_BUILDER_ID", f"https://ci-bot:{secret}@ci.example/org/repo/actions/runs/7")
+    with pytest.raises(UserError, match="carries credentials") as refused:
+        build_provenance.builder_id(KEY.keyid)
+    assert secret not in str(refused.value) and "ci.example/org/repo/actions/runs/7" in str(refused.value)
+    _, made = _made(tmp_path, monkeypatch)
+    predicate = made.to_json()
+    predicate["runDetails"]["builder"]["id"] = f"https://{secret}@ci.example/runs/7"
+    with pytest.raises(ProvenanceError, match="carries credentials") as read:
+        parse_provenance(predicate, "x")
+    assert secret not in str(read.value)
+
+
 def test_a_provenance_whose_builder_id_or_source_is_no_uri_is_refused(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     _, made = _made(tmp_path, monkeypatch)

@@ -651,3 +651,71 @@ def test_rate_limit_messages_and_client_messages_strip_a_url_the_same_one_way() 
     answer = Response(503, {}, b"")
     message = str(auth.rate_limited("PUT", url, answer, "3 attempts"))
     assert "_state" not in message and auth.without_query(url) == "https://registry.example/v2/r/blobs/uploads/abc"
+
+
+@pytest.mark.parametrize("echoed", ["password", "identity_token", "basic"])
+def test_a_token_server_that_echoes_the_secret_it_was_sent_never_puts_it_in_the_error(echoed: str) -> None:
+    """A token server's own words went into the refusal whole: one that echoes what it was sent (`invalid refresh
+    token <token>`, the Basic header it could not decode) put the password or token into a message CI logs."""
+    from buildtool.registry.credentials import Credential
+    from buildtool.registry.transport import Response
+
+    found = (Credential("alice", "pw-Sekr3t-4711", source="auths") if echoed != "identity_token"
+             else Credential(identity_token="refresh-Sekr3t-4711", source="auths"))
+    secret = {"password": found.password, "identity_token": found.identity_token, "basic": found.basic()}[echoed]
+    filler = "x" * 270    # the secret across the 300th character shown: never half of it either
+    answers = [Response(401, {}, json.dumps({"details": f"{filler} invalid credentials {secret}"}).encode()),
+               Response(401, {}, json.dumps({"error_description": f"bad grant {secret}"}).encode())]
+    auth = HostAuth("reg.example", lambda *a, **k: answers.pop(0) if answers else Response(404, {}, b""),
+                    resolve=lambda host: found)
+    challenge = Response(401, {"WWW-Authenticate": 'Bearer realm="https://auth.example/token",service="reg"'}, b"")
+    for _ in range(2):
+        with pytest.raises(CredentialsRefused) as refused:
+            auth.on_unauthorized(challenge, needed_scopes("GET", "team/a"), None)
+        message = str(refused.value)
+        assert "refused by its token server auth.example" in message and "****" in message, message
+        assert secret[:8] not in message, message
+
+
+@pytest.mark.parametrize("echo", ["json", "text", "html"])
+def test_a_registry_error_that_echoes_the_authorization_it_was_sent_never_puts_it_in_the_error(echo: str) -> None:
+    """A registry's (or a proxy's) error body went into the error as it came: one that echoes the request's headers
+    (`bad header: Basic <base64 of user:password>`) put the credentials into a message CI logs and the nightly
+    report publishes."""
+    import email.message
+
+    from buildtool.registry.credentials import Credential
+    from buildtool.registry.transport import Response
+
+    found = Credential("alice", "pw-Sekr3t-4711", source="auths")
+    c = RegistryClient("127.0.0.1:1")
+    c.auth = HostAuth("127.0.0.1:1", c._exchange, resolve=lambda host: found)
+    c.auth.scheme = "basic"
+
+    def answer(method: str, url: str, *, headers: dict[str, str], **kw: object) -> Response:
+        said = f"bad header: Authorization: {headers['Authorization']}"
+        body = {"json": json.dumps({"errors": [{"code": "UNSUPPORTED", "message": said}]}), "text": said,
+                "html": f"<html><title>{said}</title></html>"}[echo]
+        return Response(400, email.message.Message(), body.encode())
+
+    c._exchange = answer  # type: ignore[method-assign]
+    with pytest.raises(RegistryError) as failed:
+        c.request("PUT", "a/manifests/t")
+    message = str(failed.value)
+    assert "bad header: Authorization: Basic ****" in message, message
+    assert found.basic()[:8] not in message and found.password not in message, message
+
+
+@pytest.mark.parametrize("value", ["tok-Sekr3t-99\r\nX-Evil: 1", "tok-Sekr3t-99 more", "tok-Sekr3t-99\x00"])
+def test_a_token_that_is_no_header_value_is_refused_without_showing_it(value: str) -> None:
+    """A token server answering a token with a line break (or a space, a NUL) had it sent as `Bearer <token>`:
+    http.client (or requests) refused the header with a ValueError traceback that quoted the header, the token
+    itself, in the CI log."""
+    auth = _token_answering({"token": value, "expires_in": 300}, [0.0])
+    with pytest.raises(RegistryError) as refused:
+        auth.header(PULL_X)
+    message = str(refused.value)
+    assert message == ("token server auth.example for reg.example answered a token that is no HTTP header value (a "
+                       "space, a control or a non-ASCII character: RFC 6750's b64token is printable ASCII); not "
+                       "sent"), message
+    assert "Sekr3t" not in message

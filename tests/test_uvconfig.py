@@ -58,6 +58,38 @@ def test_secrets_session_writes_private_uv_toml_and_lock_urls(tmp_path: Path, mo
     assert not plain.exists() and not urls.exists()   # gone with the session
 
 
+def test_the_loopback_server_never_serves_a_hidden_file_of_the_folder_above_an_index(tmp_path: Path, monkeypatch):
+    """A local index is served from the folder above its `simple/` (its pages link to ../../files/): for an index
+    at ~/simple that is the home folder, and ~/.docker/config.json, ~/.netrc or ~/.ssh were served to every local
+    user and every build step on loopback for the whole build. No package file or index page is a hidden one."""
+    import urllib.error
+    import urllib.request
+
+    monkeypatch.setattr(pipconfig, "answers", lambda url, cert="", timeout=10.0: True)
+    home = tmp_path / "home"
+    (home / "simple" / "a").mkdir(parents=True)
+    (home / "simple" / "a" / "index.html").write_text('<a href="../../files/a-1-py3-none-any.whl">a</a>')
+    (home / "files").mkdir()
+    (home / "files" / "a-1-py3-none-any.whl").write_bytes(b"wheel")
+    (home / ".docker").mkdir()
+    (home / ".docker" / "config.json").write_text('{"auths": {"reg.example": {"auth": "c2VjcmV0OnMzY3JldA=="}}}')
+    (home / ".netrc").write_text("default login someone password hunter2\n")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def status(url: str) -> int:
+        try:
+            with opener.open(url, timeout=10) as answer:
+                return answer.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    with pip_secrets(HostPip(index_url=f"file://{home}/simple")) as secrets:
+        root = secrets.served[f"{home}/simple"].removesuffix("simple/")
+        assert status(f"{root}simple/a/") == status(f"{root}files/a-1-py3-none-any.whl") == 200
+        assert [status(f"{root}{hidden}") for hidden in (".docker/config.json", ".netrc", ".docker/", "%2Enetrc")] \
+            == [404, 404, 404, 404]
+
+
 def test_lock_urls_take_every_character_of_a_folder_literally(tmp_path: Path):
     """A folder name with sed's special characters maps itself and nothing else (`.` is not any character)."""
     script = tmp_path / "lock-urls"
@@ -89,6 +121,22 @@ def test_a_token_given_as_the_user_name_is_redacted_and_scrubbed():
     assert redact(TOKEN_URL) == "https://****@pypi.example.com/simple"
     assert secret_strings(HostPip(index_url=TOKEN_URL)) == ["ghp_abcdEFGH1234"]
     assert redact("https://user:tok123@a.example/simple") == "https://user:****@a.example/simple"
+
+
+def test_a_token_given_as_the_user_name_before_an_empty_password_is_redacted(monkeypatch):
+    """`https://TOKEN:@host/` (Gemfury's documented index URL: the token is the user name, the password empty) was
+    shown as `https://TOKEN:****@host/`: the colon made redact keep the user name, the token itself, in the log line
+    that says an index cannot be reached and in the errors that name the index."""
+    from buildtool.imagebuild.cell_inputs import secret_strings
+
+    url = "https://fury_Tok3nABCD:@pypi.fury.io/acme/"
+    assert redact(url) == "https://****@pypi.fury.io/acme/"
+    lines: list[str] = []
+    monkeypatch.setattr(pipconfig, "answers", lambda url, cert="", timeout=10.0: False)
+    assert reachable((url,), lines.append) == ()
+    assert lines and "fury_Tok3nABCD" not in lines[0] and "https://****@pypi.fury.io/acme/" in lines[0]
+    assert secret_strings(HostPip(index_url=url)) == ["fury_Tok3nABCD"]
+    assert redact("https://user:tok123@a.example/simple") == "https://user:****@a.example/simple"   # as before
 
 
 def test_a_stand_in_build_log_is_scrubbed_of_index_tokens(tmp_path, monkeypatch):

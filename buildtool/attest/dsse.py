@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ class PublicKey:
 @dataclass(frozen=True)
 class PrivateKey:
     keyid: str
-    pem: bytes
+    pem: bytes = field(repr=False)     # the private key itself: never in a log line or a traceback
 
     def public(self) -> PublicKey:
         from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, load_pem_private_key

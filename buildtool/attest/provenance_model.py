@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from buildtool.common.urls import public_url
+from buildtool.common.urls import public_url, shown_url
 
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 DOCS = "https://github.com/dl-images/dl-images/blob/main/docs/release-trust.md"
@@ -47,6 +47,8 @@ def builder_id_problem(value: str) -> str:
     """Why `value` is no builder id ("" when it is one): an https URL (a CI run, or local_builder_id)."""
     if not value.startswith("https://") or not _URI.match(value):
         return f"builder.id {value!r} is not an https URI (a CI run's URL, or {LOCAL_BUILDERS}?keyid=...)"
+    if "@" in value.partition("://")[2]:   # user info, as common.urls reads it: a token the attestation would publish
+        return f"builder.id {shown_url(value)!r} carries credentials (user info); name the CI run by its public URL"
     return ""
 
 

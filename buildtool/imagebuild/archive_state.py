@@ -69,8 +69,15 @@ def get(uri: str) -> bytes:
     """The file at `uri` (a Debian archive's release file); FailedError naming it when it cannot be read."""
     import requests
 
+    from buildtool.common.urls import no_netrc
+
     try:
-        response = requests.get(uri, timeout=TIMEOUT_S)
+        with requests.Session() as session:
+            # No ~/.netrc login (its `default` entry goes to any host) to the archive, nor to where it redirects
+            # (requests reads the netrc again for each new host): the build's apt never had it. Proxies still count.
+            session.auth = no_netrc
+            session.rebuild_auth = lambda prepared, response: None   # type: ignore[method-assign]
+            response = session.get(uri, timeout=TIMEOUT_S)
     except requests.RequestException as exc:
         raise FailedError(f"the Debian archive's {uri} cannot be read ({type(exc).__name__}): the base and the "
                           "provenance record the release file") from None

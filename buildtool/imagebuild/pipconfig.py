@@ -162,9 +162,9 @@ def package_indexes(host: HostPip, cell_urls: tuple[str, ...] = ()) -> list[dict
 
 def redact(url: str) -> str:
     """A URL fit for a log line: any password replaced by ****, and a user name alone (`https://TOKEN@host`,
-    how GitHub and GitLab tokens are often given) too; the query and fragment, where a token may ride
-    (`?token=...`, common.urls), are left out. Everything up to the last `@` is user info: a password with an
-    unescaped `/`, `?` or `#` ends the authority early for a URL parser."""
+    how GitHub and GitLab tokens are often given, or `https://TOKEN:@host`, Gemfury's) too; the query and
+    fragment, where a token may ride (`?token=...`, common.urls), are left out. Everything up to the last `@`
+    is user info: a password with an unescaped `/`, `?` or `#` ends the authority early for a URL parser."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         return url
@@ -172,8 +172,8 @@ def redact(url: str) -> str:
     location = re.split(r"[?#]", location, maxsplit=1)[0]
     if not at:
         return f"{scheme}://{location}"
-    user, colon, _ = userinfo.partition(":")
-    return f"{scheme}://{user}:****@{location}" if colon else f"{scheme}://****@{location}"
+    user, _, password = userinfo.partition(":")
+    return f"{scheme}://{user}:****@{location}" if password else f"{scheme}://****@{location}"
 
 
 @cache
@@ -266,7 +266,9 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         path = unquote(urlsplit(path).path)
         prefix, _, rest = path.lstrip("/").partition("/")
         root = self.mounts.get(prefix)
-        if root is None:
+        # No hidden file or folder: none is a package or an index page, and the folder above a local index may be a
+        # home folder (~/.docker/config.json, ~/.netrc, ~/.ssh), served to every local user while the build runs.
+        if root is None or any(part.startswith(".") for part in rest.split("/")):
             return "/nonexistent-pip-mount"
         target = (root / rest).resolve()
         if not target.is_relative_to(root):  # no escape through `..` or links

@@ -11,7 +11,7 @@ import io
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -127,18 +127,27 @@ class WholeBody:
         return self._out.getvalue()
 
 
-def error_text(response: Response) -> str:
+def error_text(response: Response, secrets: Iterable[str] = ()) -> str:
     """The registry's `errors[]` as `CODE: message`; the start of the body when it is not that shape (a proxy's
-    `"Forbidden"`, `{"errors": null}`): a hostile or odd answer is named, never a traceback."""
+    `"Forbidden"`, `{"errors": null}`): a hostile or odd answer is named, never a traceback. Each of `secrets` in
+    it masked before it is cut (masked)."""
     try:
         body = response.json()
     except ValueError:
-        return page_text(response.text)
+        return page_text(masked(response.text, secrets))
     errors = (body.get("errors") or []) if isinstance(body, dict) else None
     if not isinstance(errors, list):
-        return page_text(response.text)
-    return one_line("; ".join(f"{e.get('code')}: {e.get('message')}" if isinstance(e, dict) else str(e)[:80]
-                              for e in errors))[:300]
+        return page_text(masked(response.text, secrets))
+    return one_line(masked("; ".join(f"{e.get('code')}: {e.get('message')}" if isinstance(e, dict) else
+                                     masked(str(e), secrets)[:80] for e in errors), secrets))[:300]
+
+
+def masked(text: str, secrets: Iterable[str]) -> str:
+    """`text` with each of `secrets` (of 4 characters or more, longest first) as ****: what a server echoes of what
+    it was sent (a password, a token, the Authorization header) never reaches a message."""
+    for secret in sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True):
+        text = text.replace(secret, "****")
+    return text
 
 
 # OCI's digest grammar (image-spec descriptor.md): algorithm:encoded.

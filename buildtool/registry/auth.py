@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from buildtool.registry import credentials as creds_mod
-from buildtool.registry.answers import one_line
+from buildtool.registry.answers import masked, one_line
 from buildtool.registry.call_errors import (
     CredentialsRefused,
     InsufficientScope,
@@ -154,9 +154,10 @@ def token_life(expires_in: Any) -> float | None:
 
 # -- messages ----------------------------------------------------------------------------------
 
-def server_message(response: Response) -> str:
+def server_message(response: Response, secrets: Iterable[str] = ()) -> str:
     """The server's own words: registry `errors[].message`, a token server's `details`/`error_description`/
-    `error`/`message`, else the first line of a short text body."""
+    `error`/`message`, else the first line of a short text body; each of `secrets` in them masked (a server may
+    echo what it was sent), before they are cut."""
     try:
         body = response.json()
     except ValueError:
@@ -175,7 +176,7 @@ def server_message(response: Response) -> str:
         text = response.text.strip().splitlines()
         if text and len(text[0]) < 300 and not text[0].lstrip().startswith("<"):
             parts.append(text[0])
-    return one_line("; ".join(parts))[:300]     # one line: a message may hold newlines
+    return one_line(masked("; ".join(parts), secrets))[:300]     # one line: a message may hold newlines
 
 
 def without_query(url: str) -> str:
@@ -302,7 +303,7 @@ class HostAuth:
 
     def failure(self, response: Response, needed: frozenset[Triple], sent: str | None) -> RegistryError:
         """The one-line error for a 401 that another try will not cure."""
-        message = server_message(response)
+        message = self._said(response)
         said = f" ({message})" if message else ""
         found = self.credentials() if self.scheme else self._creds
         hidden = _hidden_repositories(response, needed)
@@ -323,6 +324,17 @@ class HostAuth:
                                  f"({found.source}) do not grant {describe(needed)}{said}"
                                  + (f"; {hidden} not found or not yours: check the name, and that{who or ' this user'}"
                                     " may use it" if hidden else ""))
+
+    def secrets(self) -> list[str]:
+        """What this host's messages never show: the credentials' secrets and every token's value."""
+        found = self._creds
+        held = [self._refresh_token, *(token.value for token, _ in self._tokens)]
+        if found is not None:
+            held += [found.identity_token, *((found.password, found.basic()) if found.password else ())]
+        return held
+
+    def _said(self, response: Response) -> str:
+        return server_message(response, self.secrets())
 
     def _realm_host(self) -> str:
         return urlsplit(self.realm).netloc or self.realm
@@ -359,7 +371,7 @@ class HostAuth:
     def _accept(self, response: Response, want: frozenset[Triple], started: float,
                 sent: creds_mod.Credential | None) -> Token:
         server = self._realm_host()
-        message = server_message(response)
+        message = self._said(response)
         said = f": {message}" if message else ""
         if response.status_code in (401, 403):
             if sent is not None:
@@ -380,6 +392,10 @@ class HostAuth:
         if not isinstance(value, str) or not value:
             raise RegistryError(f"token server {server} for {self.host} answered without a token "
                                 "(no JSON `token` or `access_token`)")
+        if not re.fullmatch(r"[\x21-\x7e]+", value):   # never quoted: the HTTP client's own refusal quoted it whole
+            raise RegistryError(f"token server {server} for {self.host} answered a token that is no HTTP header value "
+                                "(a space, a control or a non-ASCII character: RFC 6750's b64token is printable "
+                                "ASCII); not sent")
         life = token_life(body.get("expires_in"))
         if life is None:
             raise RegistryError(f"token server {server} for {self.host} answered an expires_in of "

@@ -273,7 +273,8 @@ class RegistryClient:
             return response
         if response.status_code == 404:
             raise NotFound(f"{method} {self._safe(url)}: not found")
-        raise RegistryError(f"{method} {self._safe(url)}: HTTP {response.status_code} {answers.error_text(response)}"
+        said = answers.error_text(response, self.auth.secrets())   # never what the server echoes of our credentials
+        raise RegistryError(f"{method} {self._safe(url)}: HTTP {response.status_code} {said}"
                             + (f" after {self.retry.attempts} attempts" if response.status_code >= 500 else ""))
 
     def answer(self, method: str, path: str, *, repo: str = "", headers: dict[str, str] | None = None) -> Any:
