@@ -604,3 +604,17 @@ def test_a_gpu_cell_verdict_that_says_passed_without_its_gpu_tests_is_no_passed_
     assert parse_verdict(on_gpus, "x").result == "passed"
     cpu_cell = {**claimed, "runner": {**claimed["runner"], "gpus_usable": None}}   # a CPU cell: its skips are its own
     assert parse_verdict(cpu_cell, "x").result == "passed"
+
+
+@pytest.mark.parametrize("field", ["floor_GBps", "baseline_GBps"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), True])
+def test_a_busbw_floor_or_baseline_that_is_no_finite_number_is_refused_naming_it(field, value) -> None:
+    """A NaN floor or baseline (an image's figures, JSON's NaN) compared false, so the busbw row read `ok` (passed)
+    with `nan GB/s` as its floor or baseline; a bool was read as 1 GB/s."""
+    from buildtool.report.nightly import busbw_rows
+
+    figure = {"peak_GBps": 150.0, "ranks": 8, "gpu_model": "H100", "floor_GBps": 100.0, "sizes": [], field: value}
+    row = parse_verdict(verdict("pytorch-cuda:2.13", [test(BUSBW, "passed")], gpus=["H100"] * 8,
+                                figures={"allreduce_busbw": figure}), "x")
+    with pytest.raises(UserError, match=re.escape(f"its busbw figure's {field} {value!r} is not a finite number")):
+        busbw_rows(build_report([row]))

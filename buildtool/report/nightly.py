@@ -12,6 +12,7 @@ self-contained file (inline CSS, plots next to it), so it can be published anywh
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections import Counter
 from collections.abc import Sequence
@@ -168,7 +169,7 @@ def busbw_rows(report: Report) -> list[Busbw]:
         if peak is None:
             continue
         figure = row.figures[BUSBW_FIGURE]
-        base = figure.get("baseline_GBps", figure.get("previous_GBps"))
+        base = _gbps(figure, "baseline_GBps" if "baseline_GBps" in figure else "previous_GBps", row)
         nights = figure.get("baseline_nights")
         if nights is not None and (type(nights) is not int or nights < 0):    # a bool is no count either
             raise UserError(f"verdict of {row.image}: its busbw figure's baseline_nights {nights!r} is not a count "
@@ -176,19 +177,29 @@ def busbw_rows(report: Report) -> list[Busbw]:
         nights = nights or (1 if base is not None else 0)
         old = before.get(row.key)
         if base is None and old is not None and gpu_names(old.runner) == gpu_names(row.runner):
-            base = (old.figures.get(BUSBW_FIGURE) or {}).get("peak_GBps")
+            base = busbw_peak(old.figures)
             nights = 1 if base is not None else 0
-        base = float(base) if isinstance(base, int | float) and base else None
+        base = base or None
         gpus = gpu_names(row.runner)
-        floor = figure.get("floor_GBps")
+        floor = _gbps(figure, "floor_GBps", row)
         found.append(Busbw(cell=row.cell, gpus=f"{figure.get('ranks', len(gpus))}x {figure.get('gpu_model') or '?'}",
-                           peak_GBps=peak, floor_GBps=float(floor) if isinstance(floor, int | float) else None,
+                           peak_GBps=peak, floor_GBps=floor,
                            previous_GBps=base, change=(peak / base - 1) if base else None,
                            sizes=list(figure.get("sizes") or []), nights=nights,
                            floor_note=str(figure.get("floor_note") or ""),
                            interconnect=row.runner.interconnect if row.runner is not None else "",
                            platform=row.platform, emulated=row.emulated))
     return found
+
+
+def _gbps(figure: dict[str, Any], key: str, row: Row) -> float | None:
+    """A busbw figure's `key` (GB/s), None when absent; anything but a finite number (NaN compares false: a floor of
+    NaN would read `ok`) is a UserError naming it."""
+    value = figure.get(key)
+    if value is not None and (type(value) not in (int, float) or not math.isfinite(value)):
+        raise UserError(f"verdict of {row.image}: its busbw figure's {key} {value!r} is not a finite number; "
+                        "validate it again (validate writes them)")
+    return None if value is None else float(value)
 
 
 def _binary(size: Any) -> str:
