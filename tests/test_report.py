@@ -618,3 +618,19 @@ def test_a_busbw_floor_or_baseline_that_is_no_finite_number_is_refused_naming_it
                                 figures={"allreduce_busbw": figure}), "x")
     with pytest.raises(UserError, match=re.escape(f"its busbw figure's {field} {value!r} is not a finite number")):
         busbw_rows(build_report([row]))
+
+
+def test_a_gpu_cell_verdict_that_says_passed_with_no_gpu_test_run_is_no_passed_image() -> None:
+    """A GPU cell's `passed` verdict that defines no GPU test (validate writes `incomplete`: the cell needs a GPU but
+    its groups define none), or whose skipped test marked `gpu` is left out of `gpu_tests`, was counted a passed image:
+    a GPU path no GPU ran. Now its row is failed, the contradiction named."""
+    claimed = verdict("pytorch-ngc:25.10", [test(SHM, "passed")], schema=5)
+    claimed["runner"].update(gpus_usable=False, gpu_problem="nvidia-smi not found")
+    row = parse_verdict(claimed, "x")
+    assert row.result == "failed" and row.checks["image/verdict"].message == (
+        "the verdict says passed, but it records no GPU test of this GPU cell (the cell needs a GPU)")
+    unlisted = {**claimed, "tests": [test(SHM, "passed"), {**test(BUSBW, "skipped", skip=NO_GPU), "gpu": True}],
+                "gpu_tests": [SHM]}
+    assert parse_verdict(unlisted, "x").checks["image/verdict"].message == (
+        "the verdict says passed, but 1 GPU test(s) of this GPU cell did not pass on a GPU (nvidia-smi not found): "
+        "test_ddp_nccl_allreduce_busbw")

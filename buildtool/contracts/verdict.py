@@ -266,7 +266,10 @@ def gpu_pass_problem(verdict: Verdict) -> str:
     if verdict.emulated:
         return "a GPU cell's tests ran under emulation (an emulated GPU run is not a GPU run)"
     outcome = {t.id: t.result for t in verdict.tests}
-    not_on_gpu = [i for i in verdict.gpu_tests or [t.id for t in verdict.tests if t.gpu] if outcome.get(i) != "passed"]
+    gpu_tests = dict.fromkeys([*verdict.gpu_tests, *(t.id for t in verdict.tests if t.gpu)])   # listed or marked
+    if not gpu_tests:
+        return "it records no GPU test of this GPU cell (the cell needs a GPU)"
+    not_on_gpu = [i for i in gpu_tests if outcome.get(i) != "passed"]
     if not_on_gpu:
         why = f" ({verdict.runner.gpu_problem})" if verdict.runner.gpu_problem else ""
         return (f"{len(not_on_gpu)} GPU test(s) of this GPU cell did not pass on a GPU{why}: "
