@@ -51,7 +51,7 @@ def when(value: str) -> dt.datetime | None:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)   # JSON's NaN and Infinity are no times or counts
 
 
 class TestResult(_Model):
@@ -141,7 +141,7 @@ class Verdict(_Model):
     matrix_digest: str = ""          # schema 6: sha256 of the matrix file validate read
     libraries: dict[str, str] = Field(default_factory=dict)   # schema 6: the NVIDIA library promises checked
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _fields(self) -> Verdict:
