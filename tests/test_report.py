@@ -634,3 +634,17 @@ def test_a_gpu_cell_verdict_that_says_passed_with_no_gpu_test_run_is_no_passed_i
     assert parse_verdict(unlisted, "x").checks["image/verdict"].message == (
         "the verdict says passed, but 1 GPU test(s) of this GPU cell did not pass on a GPU (nvidia-smi not found): "
         "test_ddp_nccl_allreduce_busbw")
+
+
+def test_a_megabyte_skip_reason_or_incomplete_reason_is_cut_in_the_markdown() -> None:
+    """A skip reason is the image's word (image-tests skip naming what the image printed) and went into report.md
+    whole: GitHub refuses a job summary over 1024k whole ("$GITHUB_STEP_SUMMARY upload aborted"), so one image could
+    blank the night's summary. Now it is cut to its first line's first 300 characters, as a failure's message is."""
+    reason = "the image says " + "x" * 2_000_000
+    tests = [test(SHM, "passed"), test(BUSBW, "skipped", skip=reason + "\nsecond line")]
+    cut = verdict("pytorch-cpu:2.13", tests)
+    cut.update(result="incomplete", incomplete=["stopped early: " + "y" * 2_000_000])
+    md = render_markdown(build_report([parse_verdict(cut, "x")]))
+    assert len(md) < 10_000, len(md)
+    assert f"- ⏭️ {reason[:300]}: `test_ddp_nccl_allreduce_busbw` (1 image)" in md
+    assert "- ⚠️ `pytorch-cpu:2.13`: stopped early: " + "y" * 285 + "\n" in md

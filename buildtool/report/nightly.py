@@ -252,7 +252,9 @@ def _filters(report: Report) -> dict[str, Any]:
             "figure": format_figure, "gbps": lambda value: "—" if value is None else f"{value:.1f} GB/s",
             "change": lambda value: "—" if value is None else f"{value:+.0%}", "binary": _binary,
             "percent": lambda value: f"{value:.0%}", "runner": _runner, "scaling_title": scaling_title,
-            "scaling_flag": scaling_flag, "on": on, "code_cell": code_cell}
+            "scaling_flag": scaling_flag, "on": on, "code_cell": code_cell,
+            # The job summary's share of a reason (GitHub refuses a summary over 1024k whole): its first 300 characters.
+            "brief": lambda text: (str(text).strip().splitlines() or [""])[0][:300]}
 
 
 def code_cell(value: Any) -> str:
