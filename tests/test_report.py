@@ -648,3 +648,17 @@ def test_a_megabyte_skip_reason_or_incomplete_reason_is_cut_in_the_markdown() ->
     assert len(md) < 10_000, len(md)
     assert f"- ⏭️ {reason[:300]}: `test_ddp_nccl_allreduce_busbw` (1 image)" in md
     assert "- ⚠️ `pytorch-cpu:2.13`: stopped early: " + "y" * 285 + "\n" in md
+
+
+@pytest.mark.parametrize("sizes", ["8 MiB", [["8 MiB", 1.0]], [{"bytes": 8 << 20, "time_us": "fast"}],
+                                   [{"bytes": 8 << 20, "busbw_GBps": float("nan")}], {"bytes": 1}])
+def test_a_busbw_size_table_of_another_shape_is_refused_naming_it(run_cli, tmp_path, sizes) -> None:
+    """The busbw figure's per-size table is the image's word; one that is no list of objects of numbers made the
+    template raise (a str has no .get, "%.1f" of a str) out of `buildtool report`: a traceback and no report. Now a
+    UserError names the verdict and the table."""
+    figure = {"peak_GBps": 150.0, "ranks": 8, "gpu_model": "H100", "floor_GBps": 100.0, "sizes": sizes}
+    body = verdict("pytorch-cuda:2.13", [test(BUSBW, "passed")], gpus=["H100"] * 8, figures={"allreduce_busbw": figure})
+    code, _, err = run_cli("report", "--verdicts", str(write(tmp_path / "now", [body])), "--out", str(tmp_path / "o"))
+    assert code == 2 and "Traceback" not in err, err
+    assert "its busbw figure's sizes are not a list of objects of numbers (bytes, time_us, algbw_GBps, busbw_GBps)" \
+        in err, err

@@ -185,7 +185,7 @@ def busbw_rows(report: Report) -> list[Busbw]:
         found.append(Busbw(cell=row.cell, gpus=f"{figure.get('ranks', len(gpus))}x {figure.get('gpu_model') or '?'}",
                            peak_GBps=peak, floor_GBps=floor,
                            previous_GBps=base, change=(peak / base - 1) if base else None,
-                           sizes=list(figure.get("sizes") or []), nights=nights,
+                           sizes=_sizes(figure, row), nights=nights,
                            floor_note=str(figure.get("floor_note") or ""),
                            interconnect=row.runner.interconnect if row.runner is not None else "",
                            platform=row.platform, emulated=row.emulated))
@@ -196,10 +196,28 @@ def _gbps(figure: dict[str, Any], key: str, row: Row) -> float | None:
     """A busbw figure's `key` (GB/s), None when absent; anything but a finite number (NaN compares false: a floor of
     NaN would read `ok`) is a UserError naming it."""
     value = figure.get(key)
-    if value is not None and (type(value) not in (int, float) or not math.isfinite(value)):
+    if value is not None and not _finite(value):
         raise UserError(f"verdict of {row.image}: its busbw figure's {key} {value!r} is not a finite number; "
                         "validate it again (validate writes them)")
     return None if value is None else float(value)
+
+
+_SIZE_FIELDS = ("bytes", "time_us", "algbw_GBps", "busbw_GBps")
+
+
+def _sizes(figure: dict[str, Any], row: Row) -> list[dict[str, Any]]:
+    """A busbw figure's per-size table (the image's word): a list of objects whose fields the report shows are finite
+    numbers where present; anything else is a UserError naming the verdict, never a traceback out of the template."""
+    sizes = figure.get("sizes") or []
+    if not isinstance(sizes, list) or not all(
+            isinstance(r, dict) and all(f not in r or _finite(r[f]) for f in _SIZE_FIELDS) for r in sizes):
+        raise UserError(f"verdict of {row.image}: its busbw figure's sizes are not a list of objects of numbers "
+                        f"({', '.join(_SIZE_FIELDS)}); validate it again (validate writes them)")
+    return sizes
+
+
+def _finite(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
 
 
 def _binary(size: Any) -> str:
