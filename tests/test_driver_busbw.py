@@ -369,3 +369,25 @@ def test_the_window_compares_only_nights_on_the_same_gpus_not_the_same_first_gpu
     assert probe.busbw_baseline([tmp_path], "pytorch-ngc:25.10", mixed) == {}
     same = probe.Inventory([Gpu(index=str(i), name=H100) for i in range(8)], interconnect=busbw.NVLINK)
     assert probe.busbw_baseline([tmp_path], "pytorch-ngc:25.10", same)["nights"] == 2
+
+
+def test_a_night_whose_verdict_does_not_parse_is_left_out_named_not_silently(tmp_path):
+    """A night's verdict file cut short (a full disk, a hand edit) or of a read schema but malformed was passed over
+    in silence: the baseline quietly lost that night (the report refuses the same file naming it). Now it is left out
+    and named, as a `started` that does not parse is; a missing record (no verdict) still is no night, unnamed."""
+    for day, peak in ((1, 300.0), (2, 310.0), (3, 320.0)):
+        _night(tmp_path, day, peak)
+    cut = tmp_path / "night02" / "verdict.json"
+    cut.write_text(cut.read_text()[:40])
+    malformed = tmp_path / "night03" / "verdict.json"
+    malformed.write_text(json.dumps({**json.loads(malformed.read_text()), "verdict": "passed"}))
+    (tmp_path / "night04").mkdir()
+    (tmp_path / "night04" / "verdict.json").write_text(json.dumps({"missing": True, "cell": "pytorch-ngc:25.10",
+                                                                   "image": "r/x", "reason": "no image"}))
+    inventory = probe.Inventory([Gpu(index=str(i), name=H100) for i in range(8)], interconnect=busbw.NVLINK)
+    baseline = probe.busbw_baseline([tmp_path], "pytorch-ngc:25.10", inventory)
+    assert (baseline["nights"], baseline["peaks"]) == (1, [300.0])
+    assert [line.split(":")[0] for line in baseline["left_out"]] == [str(cut), str(malformed)]
+    assert baseline["left_out"][0].startswith(f"{cut}: cannot read verdict (")
+    assert baseline["left_out"][1] == (f"{malformed}: malformed schema-{SCHEMA} verdict: `verdict` is not a field of "
+                                       "this schema")
