@@ -662,3 +662,17 @@ def test_a_busbw_size_table_of_another_shape_is_refused_naming_it(run_cli, tmp_p
     assert code == 2 and "Traceback" not in err, err
     assert "its busbw figure's sizes are not a list of objects of numbers (bytes, time_us, algbw_GBps, busbw_GBps)" \
         in err, err
+
+
+def test_a_megabyte_figure_is_cut_in_the_markdown() -> None:
+    """Figures are what the image's tests measured (any JSON the image wrote): a megabyte value, name or busbw GPU
+    model or floor note went into report.md whole, and GitHub refuses a job summary over 1024k whole. Now each such
+    cell is cut to its first 300 characters."""
+    busbw = {"peak_GBps": 150.0, "ranks": 8, "gpu_model": "H" * 2_000_000, "floor_GBps": None,
+             "floor_note": "n" * 2_000_000, "sizes": []}
+    figures = {"allreduce_busbw": busbw, "log": "v" * 2_000_000, "k" * 2_000_000: 1.5}
+    md = render_markdown(build_report([parse_verdict(verdict("pytorch-cpu:2.13", [test(SHM, "passed")],
+                                                             figures=figures), "x")]))
+    assert len(md) < 10_000, len(md)
+    assert "| `pytorch-cpu:2.13` | log | " + "v" * 300 + " |" in md
+    assert f"| 8x {'H' * 297} | 150.0 GB/s |" in md and f"| ⚠️ {'n' * 300} |" in md
