@@ -676,3 +676,19 @@ def test_a_megabyte_figure_is_cut_in_the_markdown() -> None:
     assert len(md) < 10_000, len(md)
     assert "| `pytorch-cpu:2.13` | log | " + "v" * 300 + " |" in md
     assert f"| 8x {'H' * 297} | 150.0 GB/s |" in md and f"| ⚠️ {'n' * 300} |" in md
+
+
+def test_a_busbw_figure_with_a_link_fault_reads_failed_naming_the_fault() -> None:
+    """A broken NVLink (an SXM board read as PCIe) fails the bus-bandwidth check whatever it measures, and its figure
+    records the fault (`floor_fault`) with no floor; the report's bus-bandwidth table ignored the fault and showed the
+    row as a warning (skipped) saying only "no floor", next to a failed check. Now the row is failed, naming it."""
+    from buildtool.report.nightly import busbw_rows
+
+    fault = "8x H100 SXM read as PCIe: GPU0-GPU1 PHB; NVLink is down: reset the GPUs or reboot the runner"
+    figure = {"peak_GBps": 150.0, "ranks": 8, "gpu_model": "H100", "floor_GBps": None, "sizes": [],
+              "floor_note": "no floor: H100 SXM over PCIe is a fault, not a configuration", "floor_fault": fault}
+    row = parse_verdict(verdict("pytorch-cuda:2.13", [test(BUSBW, "failed", fault)], gpus=["H100"] * 8,
+                                figures={"allreduce_busbw": figure}), "x")
+    [found] = busbw_rows(build_report([row]))
+    assert (found.status, found.verdict) == ("failed", f"link fault: {fault}")
+    assert f"| ❌ link fault: {fault} |" in render_markdown(build_report([row]))

@@ -186,7 +186,7 @@ def busbw_rows(report: Report) -> list[Busbw]:
                            peak_GBps=peak, floor_GBps=floor,
                            previous_GBps=base, change=(peak / base - 1) if base else None,
                            sizes=_sizes(figure, row), nights=nights,
-                           floor_note=str(figure.get("floor_note") or ""),
+                           floor_note=str(figure.get("floor_note") or ""), fault=str(figure.get("floor_fault") or ""),
                            interconnect=row.runner.interconnect if row.runner is not None else "",
                            platform=row.platform, emulated=row.emulated))
     return found
