@@ -391,3 +391,16 @@ def test_a_night_whose_verdict_does_not_parse_is_left_out_named_not_silently(tmp
     assert baseline["left_out"][0].startswith(f"{cut}: cannot read verdict (")
     assert baseline["left_out"][1] == (f"{malformed}: malformed schema-{SCHEMA} verdict: `verdict` is not a field of "
                                        "this schema")
+
+
+def test_a_night_whose_verdict_is_nested_too_deeply_is_left_out_named(tmp_path):
+    """JSON nested a hundred thousand deep makes json.loads raise RecursionError, which the baseline did not catch:
+    one such file in the history ended every validation of a GPU cell with a traceback. Now it is left out, named."""
+    _night(tmp_path, 1, 300.0)
+    (tmp_path / "night02").mkdir()
+    deep = tmp_path / "night02" / "verdict.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    inventory = probe.Inventory([Gpu(index=str(i), name=H100) for i in range(8)], interconnect=busbw.NVLINK)
+    baseline = probe.busbw_baseline([tmp_path], "pytorch-ngc:25.10", inventory)
+    assert (baseline["nights"], baseline["peaks"]) == (1, [300.0])
+    assert baseline["left_out"][0].startswith(f"{deep}: cannot read verdict (maximum recursion depth exceeded")

@@ -692,3 +692,23 @@ def test_a_busbw_figure_with_a_link_fault_reads_failed_naming_the_fault() -> Non
     [found] = busbw_rows(build_report([row]))
     assert (found.status, found.verdict) == ("failed", f"link fault: {fault}")
     assert f"| ❌ link fault: {fault} |" in render_markdown(build_report([row]))
+
+
+def test_json_nested_too_deeply_is_one_line_naming_the_file(run_cli, tmp_path: Path) -> None:
+    """JSON nested a hundred thousand deep makes json.loads raise RecursionError, which the report did not catch: a
+    verdict file (or a scaling.json, a comparison.json) anyone may drop in the nightly folder ended `buildtool report`
+    with a traceback. Now it is the file's one-line error, as JSON that does not parse is."""
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "now").mkdir()
+    (tmp_path / "now" / "c.verdict.json").write_text(deep)
+    code, _, err = run_cli("report", "--verdicts", str(tmp_path / "now"), "--out", str(tmp_path / "o"))
+    assert code == 2 and "Traceback" not in err, err
+    assert f"{tmp_path / 'now' / 'c.verdict.json'}: cannot read verdict (maximum recursion depth exceeded" in err
+    for name, what in (("scaling.json", "the scaling results"), ("comparison.json", "the strategies")):
+        folder = tmp_path / name.split(".")[0]
+        folder.mkdir()
+        (folder / name).write_text(deep)
+        code, _, err = run_cli("report", "--verdicts", str(write(tmp_path / f"v-{name}", tonight())), "--scaling",
+                               str(folder), "--out", str(tmp_path / "o"))
+        assert code == 2 and "Traceback" not in err, err
+        assert f"{folder / name}: cannot read {what} (maximum recursion depth exceeded" in err, err

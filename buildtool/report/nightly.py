@@ -381,7 +381,7 @@ def scaling_folders(folders: Sequence[Path]) -> list[Path]:
             try:
                 data = json.loads((folder / "comparison.json").read_text(encoding="utf-8"))
                 expanded += [folder / str(name) for name in data["strategies"]]
-            except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+            except (OSError, json.JSONDecodeError, KeyError, TypeError, RecursionError) as exc:
                 raise UserError(f"{folder / 'comparison.json'}: cannot read the strategies ({exc})") from None
     return expanded
 
@@ -402,7 +402,7 @@ def write_report(report: Report, out_dir: Path, scaling_dirs: Path | Sequence[Pa
             if (folder / name).is_file():
                 try:
                     data = json.loads((folder / name).read_text(encoding="utf-8"))
-                except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:   # too deep
                     raise UserError(f"{folder / name}: cannot read the scaling results ({exc})") from None
                 if problem := scaling_problem(data):
                     raise UserError(f"{folder / name}: cannot read the scaling results ({problem}); run "

@@ -182,8 +182,8 @@ def load_verdict_files(paths: Iterable[Path]) -> list[Row]:
     for path in paths:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UserError(f"{path}: cannot read verdict ({exc})") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:   # RecursionError: nested
+            raise UserError(f"{path}: cannot read verdict ({exc})") from None                # too deeply to decode
         row = parse_verdict(data, str(path))
         time = _placed(row, path)
         if row.key not in newest or time >= newest[row.key][0]:

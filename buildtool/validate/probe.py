@@ -206,7 +206,7 @@ def busbw_baseline(folders: list[Path], cell: str, inventory: Inventory,
     for path in paths.values():
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:   # RecursionError: too deep
             left_out.append(f"{path}: cannot read verdict ({exc})")   # as the report names it
             continue
         try:   # the size `buildtool report --fetch` adds, by the report's rule: a file it refuses is no night here
