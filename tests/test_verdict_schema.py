@@ -182,3 +182,16 @@ def test_release_and_report_read_verdicts_only_through_the_typed_model(package: 
 def test_the_binding_fields_are_checked_naming_the_cause(change: dict, cause: str) -> None:
     """Schema 6 binds the verdict to the matrix it read and the library promises it checked (issue 48)."""
     assert cause in refused({**verdict(CPU, D1), **change})
+
+
+@pytest.mark.parametrize(("figures", "cause"), [
+    ({"busbw_GBps": float("nan")}, "`figures.busbw_GBps` is nan, which JSON cannot carry"),
+    ({"allreduce_busbw": {"sizes": [{"busbw_GBps": 1.0}, {"busbw_GBps": float("inf")}]}},
+     "`figures.allreduce_busbw.sizes[1].busbw_GBps` is inf, which JSON cannot carry"),
+])
+def test_a_figure_of_nan_or_infinity_is_refused_naming_it(figures: dict, cause: str) -> None:
+    """Figures are free-form (what the image's tests measured) and JSON's NaN and Infinity passed into them: the
+    report showed `nan` as a figure, and the signed statement carried a NaN that JSON.parse (tools/sigstore-verify,
+    any other verifier) refuses. Now a VerdictError names the figure."""
+    message = refused({**verdict(CPU, D1), "figures": figures})
+    assert message.startswith("where.json: malformed schema-6 verdict: ") and cause in message, message

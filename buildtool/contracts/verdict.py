@@ -21,6 +21,7 @@ validated where no GPU could be used is therefore never `passed`, whatever the o
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import re
 from pathlib import Path
@@ -158,6 +159,8 @@ class Verdict(_Model):
             raise ValueError(f"`matrix_digest` {self.matrix_digest[:80]!r} is not a sha256:<64 hex> digest")
         if self.sbom and not re.fullmatch(SBOM_DIGEST_RE, self.sbom):
             raise ValueError(f"`sbom` {self.sbom[:80]!r} is not a sha256:<64 hex> digest")
+        if where := non_finite(self.figures, "figures"):
+            raise ValueError(f"{where}, which JSON cannot carry (a figure is a finite number)")
         if bool(self.sbom) == bool(self.sbom_problem):
             raise ValueError("exactly one of `sbom` (the SBOM's digest) and `sbom_problem` (why there is none) "
                              "is set in a schema-4 verdict")
@@ -168,6 +171,21 @@ class Verdict(_Model):
 
     def counts(self) -> dict[str, int]:
         return {k: sum(t.result == k for t in self.tests) for k in ("passed", "failed", "skipped")}
+
+
+def non_finite(value: Any, path: str) -> str:
+    """`` `<path>` is nan `` for the first NaN or Infinity in `value` (JSON as Python reads it, which takes both), where
+    none: ''. Iterative: no RecursionError, however deep the figure is nested."""
+    stack = [(path, value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"`{where[:200]}` is {item!r}"
+        if isinstance(item, dict):
+            stack += reversed([(f"{where}.{key}", v) for key, v in item.items()])
+        elif isinstance(item, list):
+            stack += reversed([(f"{where}[{i}]", v) for i, v in enumerate(item)])
+    return ""
 
 
 # A run's probes folder, reports/<cell>/<digest12>/probes (pytest's basetemp): the containers of the image under test

@@ -106,7 +106,9 @@ def make_verdict(plan: RunPlan, run: RunOutcome, sbom: tuple[str, str], matrix_d
         incomplete=reasons if result == "incomplete" else [],
         framework_version=str(facts.get("framework_version") or ""),
         cold_start=_cold_start(facts.get("cold_start")),
-        run_flags=plan.flags, pytest_exit=run.rc, tests=tests, figures=results.get("figures", {}),
+        run_flags=plan.flags, pytest_exit=run.rc, tests=tests,
+        # The image's measurements: a NaN or Infinity (no JSON number; the verdict refuses it) is written null.
+        figures=json.loads(json.dumps(results.get("figures", {})), parse_constant=lambda _name: None),
         problem=run.problem, deadline_s=plan.deadline_s, sbom=sbom[0], sbom_problem=sbom[1] if not sbom[0] else "",
         platform=image.platform, emulated=image.emulated, matrix_digest=matrix_digest,
         libraries=promised_libraries(cell))
