@@ -716,3 +716,19 @@ def test_json_nested_too_deeply_is_one_line_naming_the_file(run_cli, tmp_path: P
                                str(folder), "--out", str(tmp_path / "o"))
         assert code == 2 and "Traceback" not in err, err
         assert f"{folder / name}: cannot read {what} (maximum recursion depth exceeded" in err, err
+
+
+def test_a_pass_that_ran_a_selection_or_stopped_early_is_no_passed_image() -> None:
+    """validate says `incomplete` when a selection (-k) deselected tests or a defined test neither ran nor was
+    deselected (the run stopped early), and release refuses such a pass; the report counted a verdict saying
+    `passed` over either as a passed image. Now its row is failed, the contradiction named."""
+    selected = verdict("pytorch-cpu:2.13", [test(SHM, "passed")])
+    selected["defined_tests"] = [SHM, DDP]
+    selected["selection"] = {"expression": "shm", "deselected": [DDP]}
+    row = parse_verdict(selected, "x")
+    assert row.result == "failed" and row.checks["image/verdict"].message == (
+        "the verdict says passed, but 1 of the cell's 2 tests deselected by -k 'shm'")
+    stopped = verdict("pytorch-cpu:2.13", [test(SHM, "passed")])
+    stopped["defined_tests"] = [SHM, DDP]
+    assert parse_verdict(stopped, "x").checks["image/verdict"].message == (
+        f"the verdict says passed, but 1 defined test(s) neither ran nor were deselected: {DDP}")
