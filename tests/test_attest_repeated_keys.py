@@ -108,3 +108,18 @@ def test_an_envelope_that_repeats_its_signatures_is_refused_naming_the_key_not_a
     assert _verify([Payload(DSSE_MEDIA_TYPE, data)], D1, keys, CPU.key) == cause
     assert open_signed([Payload(DSSE_MEDIA_TYPE, data)], D1, VERDICT_TYPE, keys.for_role("tester"), keys,
                        "tester") == cause
+
+
+def test_json_nested_too_deeply_is_refused_as_not_json_never_a_traceback() -> None:
+    """JSON nested a hundred thousand deep makes json.loads raise RecursionError, no ValueError: anyone who may push
+    could attach such an envelope to an image, and every verdict reader (report --fetch, verify, release) ended with
+    a traceback before any signature was checked. Now strict_json raises a ValueError, read as JSON that is not."""
+    from buildtool.common import strict_json
+
+    deep = b"[" * 100_000 + b"]" * 100_000
+    with pytest.raises(ValueError, match="nested too deeply"):
+        strict_json.loads(deep)
+    assert _verify([Payload(DSSE_MEDIA_TYPE, deep)], D1, trusted(), CPU.key) == (
+        "unsigned: not a DSSE envelope (not JSON)")
+    with pytest.raises(StatementError):
+        read_statement(deep, D1, VERDICT_TYPE)

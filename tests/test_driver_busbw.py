@@ -379,3 +379,38 @@ def test_a_peak_that_is_no_finite_number_fails_never_passes(peak):
     baseline = {"median_GBps": 300.0, "nights": 7, "window": 7}
     assert busbw.problems(peak, 112.5, "H100 SXM", baseline) == [
         f"peak {peak} GB/s is no measurement (not a finite number of GB/s)"]
+
+
+def test_a_night_whose_verdict_does_not_parse_is_left_out_named_not_silently(tmp_path):
+    """A night's verdict file cut short (a full disk, a hand edit) or of a read schema but malformed was passed over
+    in silence: the baseline quietly lost that night (the report refuses the same file naming it). Now it is left out
+    and named, as a `started` that does not parse is; a missing record (no verdict) still is no night, unnamed."""
+    for day, peak in ((1, 300.0), (2, 310.0), (3, 320.0)):
+        _night(tmp_path, day, peak)
+    cut = tmp_path / "night02" / "verdict.json"
+    cut.write_text(cut.read_text()[:40])
+    malformed = tmp_path / "night03" / "verdict.json"
+    malformed.write_text(json.dumps({**json.loads(malformed.read_text()), "verdict": "passed"}))
+    (tmp_path / "night04").mkdir()
+    (tmp_path / "night04" / "verdict.json").write_text(json.dumps({"missing": True, "cell": "pytorch-ngc:25.10",
+                                                                   "image": "r/x", "reason": "no image"}))
+    inventory = probe.Inventory([Gpu(index=str(i), name=H100) for i in range(8)], interconnect=busbw.NVLINK)
+    baseline = probe.busbw_baseline([tmp_path], "pytorch-ngc:25.10", inventory)
+    assert (baseline["nights"], baseline["peaks"]) == (1, [300.0])
+    assert [line.split(":")[0] for line in baseline["left_out"]] == [str(cut), str(malformed)]
+    assert baseline["left_out"][0].startswith(f"{cut}: cannot read verdict (")
+    assert baseline["left_out"][1] == (f"{malformed}: malformed schema-{SCHEMA} verdict: `verdict` is not a field of "
+                                       "this schema")
+
+
+def test_a_night_whose_verdict_is_nested_too_deeply_is_left_out_named(tmp_path):
+    """JSON nested a hundred thousand deep makes json.loads raise RecursionError, which the baseline did not catch:
+    one such file in the history ended every validation of a GPU cell with a traceback. Now it is left out, named."""
+    _night(tmp_path, 1, 300.0)
+    (tmp_path / "night02").mkdir()
+    deep = tmp_path / "night02" / "verdict.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    inventory = probe.Inventory([Gpu(index=str(i), name=H100) for i in range(8)], interconnect=busbw.NVLINK)
+    baseline = probe.busbw_baseline([tmp_path], "pytorch-ngc:25.10", inventory)
+    assert (baseline["nights"], baseline["peaks"]) == (1, [300.0])
+    assert baseline["left_out"][0].startswith(f"{deep}: cannot read verdict (maximum recursion depth exceeded")

@@ -604,3 +604,131 @@ def test_a_gpu_cell_verdict_that_says_passed_without_its_gpu_tests_is_no_passed_
     assert parse_verdict(on_gpus, "x").result == "passed"
     cpu_cell = {**claimed, "runner": {**claimed["runner"], "gpus_usable": None}}   # a CPU cell: its skips are its own
     assert parse_verdict(cpu_cell, "x").result == "passed"
+
+
+@pytest.mark.parametrize("field", ["floor_GBps", "baseline_GBps"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), True])
+def test_a_busbw_floor_or_baseline_that_is_no_finite_number_is_refused_naming_it(field, value) -> None:
+    """A NaN floor or baseline (an image's figures, JSON's NaN) compared false, so the busbw row read `ok` (passed)
+    with `nan GB/s` as its floor or baseline; a bool was read as 1 GB/s."""
+    import dataclasses
+
+    from buildtool.report.nightly import busbw_rows
+
+    figure = {"peak_GBps": 150.0, "ranks": 8, "gpu_model": "H100", "floor_GBps": 100.0, "sizes": []}
+    row = parse_verdict(verdict("pytorch-cuda:2.13", [test(BUSBW, "passed")], gpus=["H100"] * 8,
+                                figures={"allreduce_busbw": figure}), "x")
+    # A verdict file with a NaN is refused as it is read (contracts.verdict); the report's row refuses one too.
+    row = dataclasses.replace(row, figures={"allreduce_busbw": {**figure, field: value}})
+    with pytest.raises(UserError, match=re.escape(f"its busbw figure's {field} {value!r} is not a finite number")):
+        busbw_rows(build_report([row]))
+
+
+def test_a_gpu_cell_verdict_that_says_passed_with_no_gpu_test_run_is_no_passed_image() -> None:
+    """A GPU cell's `passed` verdict that defines no GPU test (validate writes `incomplete`: the cell needs a GPU but
+    its groups define none), or whose skipped test marked `gpu` is left out of `gpu_tests`, was counted a passed image:
+    a GPU path no GPU ran. Now its row is failed, the contradiction named."""
+    claimed = verdict("pytorch-ngc:25.10", [test(SHM, "passed")], schema=5)
+    claimed["runner"].update(gpus_usable=False, gpu_problem="nvidia-smi not found")
+    row = parse_verdict(claimed, "x")
+    assert row.result == "failed" and row.checks["image/verdict"].message == (
+        "the verdict says passed, but it records no GPU test of this GPU cell (the cell needs a GPU)")
+    unlisted = {**claimed, "tests": [test(SHM, "passed"), {**test(BUSBW, "skipped", skip=NO_GPU), "gpu": True}],
+                "gpu_tests": [SHM]}
+    assert parse_verdict(unlisted, "x").checks["image/verdict"].message == (
+        "the verdict says passed, but 1 GPU test(s) of this GPU cell did not pass on a GPU (nvidia-smi not found): "
+        "test_ddp_nccl_allreduce_busbw")
+
+
+def test_a_megabyte_skip_reason_or_incomplete_reason_is_cut_in_the_markdown() -> None:
+    """A skip reason is the image's word (image-tests skip naming what the image printed) and went into report.md
+    whole: GitHub refuses a job summary over 1024k whole ("$GITHUB_STEP_SUMMARY upload aborted"), so one image could
+    blank the night's summary. Now it is cut to its first line's first 300 characters, as a failure's message is."""
+    reason = "the image says " + "x" * 2_000_000
+    tests = [test(SHM, "passed"), test(BUSBW, "skipped", skip=reason + "\nsecond line")]
+    cut = verdict("pytorch-cpu:2.13", tests)
+    cut.update(result="incomplete", incomplete=["stopped early: " + "y" * 2_000_000])
+    md = render_markdown(build_report([parse_verdict(cut, "x")]))
+    assert len(md) < 10_000, len(md)
+    assert f"- ⏭️ {reason[:300]}: `test_ddp_nccl_allreduce_busbw` (1 image)" in md
+    assert "- ⚠️ `pytorch-cpu:2.13`: stopped early: " + "y" * 285 + "\n" in md
+
+
+@pytest.mark.parametrize("sizes", ["8 MiB", [["8 MiB", 1.0]], [{"bytes": 8 << 20, "time_us": "fast"}],
+                                   [{"bytes": 8 << 20, "busbw_GBps": True}], {"bytes": 1}])
+def test_a_busbw_size_table_of_another_shape_is_refused_naming_it(run_cli, tmp_path, sizes) -> None:
+    """The busbw figure's per-size table is the image's word; one that is no list of objects of numbers made the
+    template raise (a str has no .get, "%.1f" of a str) out of `buildtool report`: a traceback and no report. Now a
+    UserError names the verdict and the table."""
+    figure = {"peak_GBps": 150.0, "ranks": 8, "gpu_model": "H100", "floor_GBps": 100.0, "sizes": sizes}
+    body = verdict("pytorch-cuda:2.13", [test(BUSBW, "passed")], gpus=["H100"] * 8, figures={"allreduce_busbw": figure})
+    code, _, err = run_cli("report", "--verdicts", str(write(tmp_path / "now", [body])), "--out", str(tmp_path / "o"))
+    assert code == 2 and "Traceback" not in err, err
+    assert "its busbw figure's sizes are not a list of objects of numbers (bytes, time_us, algbw_GBps, busbw_GBps)" \
+        in err, err
+
+
+def test_a_megabyte_figure_is_cut_in_the_markdown() -> None:
+    """Figures are what the image's tests measured (any JSON the image wrote): a megabyte value, name or busbw GPU
+    model or floor note went into report.md whole, and GitHub refuses a job summary over 1024k whole. Now each such
+    cell is cut to its first 300 characters."""
+    busbw = {"peak_GBps": 150.0, "ranks": 8, "gpu_model": "H" * 2_000_000, "floor_GBps": None,
+             "floor_note": "n" * 2_000_000, "sizes": []}
+    figures = {"allreduce_busbw": busbw, "log": "v" * 2_000_000, "k" * 2_000_000: 1.5}
+    md = render_markdown(build_report([parse_verdict(verdict("pytorch-cpu:2.13", [test(SHM, "passed")],
+                                                             figures=figures), "x")]))
+    assert len(md) < 10_000, len(md)
+    assert "| `pytorch-cpu:2.13` | log | " + "v" * 300 + " |" in md
+    assert f"| 8x {'H' * 297} | 150.0 GB/s |" in md and f"| ⚠️ {'n' * 300} |" in md
+
+
+def test_a_busbw_figure_with_a_link_fault_reads_failed_naming_the_fault() -> None:
+    """A broken NVLink (an SXM board read as PCIe) fails the bus-bandwidth check whatever it measures, and its figure
+    records the fault (`floor_fault`) with no floor; the report's bus-bandwidth table ignored the fault and showed the
+    row as a warning (skipped) saying only "no floor", next to a failed check. Now the row is failed, naming it."""
+    from buildtool.report.nightly import busbw_rows
+
+    fault = "8x H100 SXM read as PCIe: GPU0-GPU1 PHB; NVLink is down: reset the GPUs or reboot the runner"
+    figure = {"peak_GBps": 150.0, "ranks": 8, "gpu_model": "H100", "floor_GBps": None, "sizes": [],
+              "floor_note": "no floor: H100 SXM over PCIe is a fault, not a configuration", "floor_fault": fault}
+    row = parse_verdict(verdict("pytorch-cuda:2.13", [test(BUSBW, "failed", fault)], gpus=["H100"] * 8,
+                                figures={"allreduce_busbw": figure}), "x")
+    [found] = busbw_rows(build_report([row]))
+    assert (found.status, found.verdict) == ("failed", f"link fault: {fault}")
+    assert f"| ❌ link fault: {fault} |" in render_markdown(build_report([row]))
+
+
+def test_json_nested_too_deeply_is_one_line_naming_the_file(run_cli, tmp_path: Path) -> None:
+    """JSON nested a hundred thousand deep makes json.loads raise RecursionError, which the report did not catch: a
+    verdict file (or a scaling.json, a comparison.json) anyone may drop in the nightly folder ended `buildtool report`
+    with a traceback. Now it is the file's one-line error, as JSON that does not parse is."""
+    deep = "[" * 100_000 + "]" * 100_000
+    (tmp_path / "now").mkdir()
+    (tmp_path / "now" / "c.verdict.json").write_text(deep)
+    code, _, err = run_cli("report", "--verdicts", str(tmp_path / "now"), "--out", str(tmp_path / "o"))
+    assert code == 2 and "Traceback" not in err, err
+    assert f"{tmp_path / 'now' / 'c.verdict.json'}: cannot read verdict (maximum recursion depth exceeded" in err
+    for name, what in (("scaling.json", "the scaling results"), ("comparison.json", "the strategies")):
+        folder = tmp_path / name.split(".")[0]
+        folder.mkdir()
+        (folder / name).write_text(deep)
+        code, _, err = run_cli("report", "--verdicts", str(write(tmp_path / f"v-{name}", tonight())), "--scaling",
+                               str(folder), "--out", str(tmp_path / "o"))
+        assert code == 2 and "Traceback" not in err, err
+        assert f"{folder / name}: cannot read {what} (maximum recursion depth exceeded" in err, err
+
+
+def test_a_pass_that_ran_a_selection_or_stopped_early_is_no_passed_image() -> None:
+    """validate says `incomplete` when a selection (-k) deselected tests or a defined test neither ran nor was
+    deselected (the run stopped early), and release refuses such a pass; the report counted a verdict saying
+    `passed` over either as a passed image. Now its row is failed, the contradiction named."""
+    selected = verdict("pytorch-cpu:2.13", [test(SHM, "passed")])
+    selected["defined_tests"] = [SHM, DDP]
+    selected["selection"] = {"expression": "shm", "deselected": [DDP]}
+    row = parse_verdict(selected, "x")
+    assert row.result == "failed" and row.checks["image/verdict"].message == (
+        "the verdict says passed, but 1 of the cell's 2 tests deselected by -k 'shm'")
+    stopped = verdict("pytorch-cpu:2.13", [test(SHM, "passed")])
+    stopped["defined_tests"] = [SHM, DDP]
+    assert parse_verdict(stopped, "x").checks["image/verdict"].message == (
+        f"the verdict says passed, but 1 defined test(s) neither ran nor were deselected: {DDP}")

@@ -222,3 +222,55 @@ def test_a_run_profile_labels_shm_size_is_logged_on_one_bounded_line(matrix):
                      + ", the matrix now says 8g; testing the matrix's",
                      "note: the image was built with run profile shm_size=4g, the matrix now says 8g; testing the "
                      "matrix's"]
+
+
+@pytest.mark.parametrize("imports", ["torch", [{"module": "torch"}], [{"module": "torch", "seconds": float("nan")}]])
+def test_a_cold_start_record_the_image_wrote_malformed_is_named_in_the_verdict(matrix, tmp_path, imports):
+    """The cold start's imports are what the image's own probe printed; one of another shape (a string, no time,
+    NaN) made make_verdict raise pydantic's ValidationError, a traceback and no verdict. Now the verdict
+    records the cold start's error naming what is wrong, and no import."""
+    import datetime as dt
+    import json
+
+    from buildtool.validate.options import Options
+    from buildtool.validate.run_plan import RunOutcome, RunPlan, make_verdict
+    from buildtool.validate.runner import Inventory, Resolved
+
+    (tmp_path / "defined.json").write_text(json.dumps({"defined": [{"id": "common/a.py::t", "gpu": False}],
+                                                       "deselected": []}))
+    image = Resolved("r", "r@d", "sha256:" + "1" * 64, "h", "repo", {})
+    plan = RunPlan("r", image, cell_of(matrix, "pytorch-cpu:2.13"), matrix, Options(), Inventory([]), flags=[],
+                   tree=Path(__file__).resolve().parent.parent / "image-tests", groups=["common"])
+    cold = {"image": "r", "imports": imports, "seconds": 56.0, "cpu_s": 9.0, "read_bytes": 0, "error": ""}
+    run = RunOutcome(dt.datetime.now(dt.UTC).isoformat(), 1.0, 0,
+                     {"tests": [{"id": "common/a.py::t", "group": "common", "result": "passed"}],
+                      "facts": {"cold_start": cold}}, tmp_path / "defined.json")
+    made = make_verdict(plan, run, ("sha256:" + "5" * 64, ""), "sha256:" + "c" * 64)
+    assert made.cold_start is not None and made.cold_start.imports == []
+    assert made.cold_start.error.startswith("the cold start's record is not one validate can read: `imports")
+    assert made.result == "passed" and "\n" not in made.cold_start.error and len(made.cold_start.error) < 300
+
+
+def test_a_figure_the_image_measured_as_nan_is_written_as_null(matrix, tmp_path):
+    """A figure is what the image's tests measured (the busbw table is the image's output): a NaN or Infinity went
+    into verdict.json and the signed statement as `NaN`, which no JSON reader but Python's takes (tools/sigstore-verify
+    runs JSON.parse on it). Now it is written as null, as JSON.stringify writes NaN, and the verdict is valid JSON."""
+    import datetime as dt
+    import json
+
+    from buildtool.validate.options import Options
+    from buildtool.validate.run_plan import RunOutcome, RunPlan, make_verdict
+    from buildtool.validate.runner import Inventory, Resolved
+
+    (tmp_path / "defined.json").write_text(json.dumps({"defined": [{"id": "common/a.py::t", "gpu": False}],
+                                                       "deselected": []}))
+    image = Resolved("r", "r@d", "sha256:" + "1" * 64, "h", "repo", {})
+    plan = RunPlan("r", image, cell_of(matrix, "pytorch-cpu:2.13"), matrix, Options(), Inventory([]), flags=[],
+                   tree=Path(__file__).resolve().parent.parent / "image-tests", groups=["common"])
+    figures = {"busbw_GBps": float("nan"), "table": {"sizes": [{"busbw_GBps": float("inf")}, {"busbw_GBps": 2.5}]}}
+    run = RunOutcome(dt.datetime.now(dt.UTC).isoformat(), 1.0, 0,
+                     {"tests": [{"id": "common/a.py::t", "group": "common", "result": "passed"}], "figures": figures},
+                     tmp_path / "defined.json")
+    made = make_verdict(plan, run, ("sha256:" + "5" * 64, ""), "sha256:" + "c" * 64)
+    assert made.figures == {"busbw_GBps": None, "table": {"sizes": [{"busbw_GBps": None}, {"busbw_GBps": 2.5}]}}
+    json.dumps(made.to_json(), allow_nan=False)

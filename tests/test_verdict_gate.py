@@ -247,3 +247,13 @@ def test_release_gates_on_the_cells_groups_even_where_the_checkout_lacks_a_folde
                "of pytorch-cpu:2.13" in p for p in item.problems), item.problems
     assert any("did not run the group(s) pytorch that the matrix gives pytorch-cpu:2.13" in p
                for p in item.problems), item.problems
+
+
+def test_a_busbw_figure_of_megabyte_ranks_or_model_is_named_bounded() -> None:
+    """The busbw figure's `ranks` is the image's output (its table) and went into release's refusal whole, as did a
+    `gpu_model` of the wrong type: a figure of megabytes made a refusal of megabytes. Now both are cut, their
+    length said."""
+    body = gpu_verdict(two(), busbw={"ranks": "8" * 1_000_000, "gpu_model": ["H"] * 1_000_000, "peak_GBps": 300.0})
+    found = [p for p in problems(CUDA, body) if "bus-bandwidth test" in p]
+    assert len(found) == 2 and all(len(p) < 1000 and "characters)" in p for p in found), [p[:300] for p in found]
+    assert found[0].startswith("the bus-bandwidth test ran on '8888")

@@ -27,8 +27,9 @@ REPO = "team/pytorch-cpu-dev"
 MATRIX = fixture_matrix()
 CPU = next(c for c in MATRIX.cells if c.key == "pytorch-cpu:2.13")
 H100 = [Gpu(index=str(i), name="NVIDIA H100 80GB HBM3", driver="550.54.15") for i in range(8)]
+# A GPU runner as a CPU cell's verdict records it: validate records `gpus_usable` for a GPU cell only.
 GPU_RUNNER = {"hostname": "gpu-1", "gpu_runner": True, "driver": "550.54.15", "cuda_driver": "12.4",
-              "gpus": [g.model_dump() for g in H100], "gpus_usable": True}
+              "gpus": [g.model_dump() for g in H100]}
 
 
 def image(client: MemRegistry) -> tuple[str, str]:
@@ -312,3 +313,20 @@ def test_a_pass_its_own_record_contradicts_is_never_reused(changes: dict[str, An
     artifact = stored(client, digest, **changes)
     found, why = answer(client, want(digest, sbom))
     assert found is None and why == f"the verdict that counts, {artifact}, {cause}", why
+
+
+def test_a_gpu_cells_pass_without_its_gpu_tests_passing_on_a_gpu_is_never_reused() -> None:
+    """Reuse checked a pass against its recorded failures only: a signed `passed` of a GPU cell (runner.gpus_usable
+    recorded) whose GPU test was skipped for want of a GPU was answered with (nothing run), though release, verify
+    and the report refuse it (contracts.verdict.gpu_pass_problem). Now it is run again, the contradiction named."""
+    client = MemRegistry()
+    digest, sbom = image(client)
+    gpu_id = "pytorch/test_x.py::test_pytorch"
+    tests = [signing.result("common/test_x.py::test_common"), signing.result(gpu_id, "skipped", gpu=True)]
+    runner_ = {"hostname": "ci", "gpu_runner": False, "gpus": [], "driver": "", "cuda_driver": "",
+               "gpus_usable": False, "gpu_problem": "nvidia-smi not found"}
+    artifact = stored(client, digest, tests=tests, gpu_tests=[gpu_id], runner=runner_)
+    found, why = answer(client, want(digest, sbom))
+    assert found is None and why == (f"the verdict that counts, {artifact}, it says passed, but 1 GPU test(s) of this "
+                                     "GPU cell did not pass on a GPU (nvidia-smi not found): test_pytorch (it "
+                                     "contradicts itself)"), why

@@ -105,6 +105,21 @@ def test_a_field_of_the_wrong_type_or_unknown_is_refused_naming_it(change: dict,
     assert message.startswith("where.json: malformed schema-6 verdict: ") and cause in message, message
 
 
+@pytest.mark.parametrize(("change", "cause"), [
+    ({"duration_s": float("nan")}, "`duration_s`: input should be a finite number (got float 'nan')"),
+    ({"deadline_s": float("inf")}, "`deadline_s`: input should be a finite number (got float 'inf')"),
+    ({"tests": [{"id": "common/a.py::t", "group": "common", "result": "passed", "duration_s": float("-inf")}]},
+     "`tests[0].duration_s`: input should be a finite number (got float '-inf')"),
+    ({"cold_start": {"imports": [{"module": "torch", "seconds": float("nan")}]}},
+     "`cold_start.imports[0].seconds`: input should be a finite number"),
+])
+def test_a_time_of_nan_or_infinity_is_refused_naming_it(change: dict, cause: str) -> None:
+    """JSON's NaN and Infinity (json.loads reads them) passed as times, so the report showed `nan min` as a
+    verdict's duration and `inf s` as a check's; now a VerdictError names the field."""
+    message = refused({**verdict(CPU, D1), **change})
+    assert message.startswith("where.json: malformed schema-6 verdict: ") and cause in message, message
+
+
 @pytest.mark.parametrize("field", ["digest", "cell", "result", "started", "test_code", "runner", "groups",
                                    "defined_tests", "pytest_exit", "tests"])
 def test_a_verdict_missing_a_required_field_is_refused_naming_it(field: str) -> None:
@@ -167,3 +182,16 @@ def test_release_and_report_read_verdicts_only_through_the_typed_model(package: 
 def test_the_binding_fields_are_checked_naming_the_cause(change: dict, cause: str) -> None:
     """Schema 6 binds the verdict to the matrix it read and the library promises it checked (issue 48)."""
     assert cause in refused({**verdict(CPU, D1), **change})
+
+
+@pytest.mark.parametrize(("figures", "cause"), [
+    ({"busbw_GBps": float("nan")}, "`figures.busbw_GBps` is nan, which JSON cannot carry"),
+    ({"allreduce_busbw": {"sizes": [{"busbw_GBps": 1.0}, {"busbw_GBps": float("inf")}]}},
+     "`figures.allreduce_busbw.sizes[1].busbw_GBps` is inf, which JSON cannot carry"),
+])
+def test_a_figure_of_nan_or_infinity_is_refused_naming_it(figures: dict, cause: str) -> None:
+    """Figures are free-form (what the image's tests measured) and JSON's NaN and Infinity passed into them: the
+    report showed `nan` as a figure, and the signed statement carried a NaN that JSON.parse (tools/sigstore-verify,
+    any other verifier) refuses. Now a VerdictError names the figure."""
+    message = refused({**verdict(CPU, D1), "figures": figures})
+    assert message.startswith("where.json: malformed schema-6 verdict: ") and cause in message, message

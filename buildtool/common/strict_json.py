@@ -26,5 +26,9 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def loads(data: bytes | str) -> Any:
-    """json.loads, refusing a repeated key (RepeatedKey, a ValueError, as json's own errors are)."""
-    return json.loads(data, object_pairs_hook=unique_keys)
+    """json.loads, refusing a repeated key (RepeatedKey, a ValueError, as json's own errors are) and JSON nested too
+    deeply to decode (json's RecursionError, as a ValueError: its readers' one-line errors, never a traceback)."""
+    try:
+        return json.loads(data, object_pairs_hook=unique_keys)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read") from None

@@ -21,6 +21,7 @@ validated where no GPU could be used is therefore never `passed`, whatever the o
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import re
 from pathlib import Path
@@ -51,7 +52,7 @@ def when(value: str) -> dt.datetime | None:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)   # JSON's NaN and Infinity are no times or counts
 
 
 class TestResult(_Model):
@@ -141,7 +142,7 @@ class Verdict(_Model):
     matrix_digest: str = ""          # schema 6: sha256 of the matrix file validate read
     libraries: dict[str, str] = Field(default_factory=dict)   # schema 6: the NVIDIA library promises checked
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _fields(self) -> Verdict:
@@ -158,6 +159,8 @@ class Verdict(_Model):
             raise ValueError(f"`matrix_digest` {self.matrix_digest[:80]!r} is not a sha256:<64 hex> digest")
         if self.sbom and not re.fullmatch(SBOM_DIGEST_RE, self.sbom):
             raise ValueError(f"`sbom` {self.sbom[:80]!r} is not a sha256:<64 hex> digest")
+        if where := non_finite(self.figures, "figures"):
+            raise ValueError(f"{where}, which JSON cannot carry (a figure is a finite number)")
         if bool(self.sbom) == bool(self.sbom_problem):
             raise ValueError("exactly one of `sbom` (the SBOM's digest) and `sbom_problem` (why there is none) "
                              "is set in a schema-4 verdict")
@@ -168,6 +171,21 @@ class Verdict(_Model):
 
     def counts(self) -> dict[str, int]:
         return {k: sum(t.result == k for t in self.tests) for k in ("passed", "failed", "skipped")}
+
+
+def non_finite(value: Any, path: str) -> str:
+    """`` `<path>` is nan `` for the first NaN or Infinity in `value` (JSON as Python reads it, which takes both), where
+    none: ''. Iterative: no RecursionError, however deep the figure is nested."""
+    stack = [(path, value)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"`{where[:200]}` is {item!r}"
+        if isinstance(item, dict):
+            stack += reversed([(f"{where}.{key}", v) for key, v in item.items()])
+        elif isinstance(item, list):
+            stack += reversed([(f"{where}[{i}]", v) for i, v in enumerate(item)])
+    return ""
 
 
 # A run's probes folder, reports/<cell>/<digest12>/probes (pytest's basetemp): the containers of the image under test
@@ -266,7 +284,10 @@ def gpu_pass_problem(verdict: Verdict) -> str:
     if verdict.emulated:
         return "a GPU cell's tests ran under emulation (an emulated GPU run is not a GPU run)"
     outcome = {t.id: t.result for t in verdict.tests}
-    not_on_gpu = [i for i in verdict.gpu_tests or [t.id for t in verdict.tests if t.gpu] if outcome.get(i) != "passed"]
+    gpu_tests = dict.fromkeys([*verdict.gpu_tests, *(t.id for t in verdict.tests if t.gpu)])   # listed or marked
+    if not gpu_tests:
+        return "it records no GPU test of this GPU cell (the cell needs a GPU)"
+    not_on_gpu = [i for i in gpu_tests if outcome.get(i) != "passed"]
     if not_on_gpu:
         why = f" ({verdict.runner.gpu_problem})" if verdict.runner.gpu_problem else ""
         return (f"{len(not_on_gpu)} GPU test(s) of this GPU cell did not pass on a GPU{why}: "

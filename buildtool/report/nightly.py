@@ -12,6 +12,7 @@ self-contained file (inline CSS, plots next to it), so it can be published anywh
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from collections import Counter
 from collections.abc import Sequence
@@ -168,7 +169,7 @@ def busbw_rows(report: Report) -> list[Busbw]:
         if peak is None:
             continue
         figure = row.figures[BUSBW_FIGURE]
-        base = figure.get("baseline_GBps", figure.get("previous_GBps"))
+        base = _gbps(figure, "baseline_GBps" if "baseline_GBps" in figure else "previous_GBps", row)
         nights = figure.get("baseline_nights")
         if nights is not None and (type(nights) is not int or nights < 0):    # a bool is no count either
             raise UserError(f"verdict of {row.image}: its busbw figure's baseline_nights {nights!r} is not a count "
@@ -176,19 +177,47 @@ def busbw_rows(report: Report) -> list[Busbw]:
         nights = nights or (1 if base is not None else 0)
         old = before.get(row.key)
         if base is None and old is not None and gpu_names(old.runner) == gpu_names(row.runner):
-            base = (old.figures.get(BUSBW_FIGURE) or {}).get("peak_GBps")
+            base = busbw_peak(old.figures)
             nights = 1 if base is not None else 0
-        base = float(base) if isinstance(base, int | float) and base else None
+        base = base or None
         gpus = gpu_names(row.runner)
-        floor = figure.get("floor_GBps")
+        floor = _gbps(figure, "floor_GBps", row)
         found.append(Busbw(cell=row.cell, gpus=f"{figure.get('ranks', len(gpus))}x {figure.get('gpu_model') or '?'}",
-                           peak_GBps=peak, floor_GBps=float(floor) if isinstance(floor, int | float) else None,
+                           peak_GBps=peak, floor_GBps=floor,
                            previous_GBps=base, change=(peak / base - 1) if base else None,
-                           sizes=list(figure.get("sizes") or []), nights=nights,
-                           floor_note=str(figure.get("floor_note") or ""),
+                           sizes=_sizes(figure, row), nights=nights,
+                           floor_note=str(figure.get("floor_note") or ""), fault=str(figure.get("floor_fault") or ""),
                            interconnect=row.runner.interconnect if row.runner is not None else "",
                            platform=row.platform, emulated=row.emulated))
     return found
+
+
+def _gbps(figure: dict[str, Any], key: str, row: Row) -> float | None:
+    """A busbw figure's `key` (GB/s), None when absent; anything but a finite number (NaN compares false: a floor of
+    NaN would read `ok`) is a UserError naming it."""
+    value = figure.get(key)
+    if value is not None and not _finite(value):
+        raise UserError(f"verdict of {row.image}: its busbw figure's {key} {value!r} is not a finite number; "
+                        "validate it again (validate writes them)")
+    return None if value is None else float(value)
+
+
+_SIZE_FIELDS = ("bytes", "time_us", "algbw_GBps", "busbw_GBps")
+
+
+def _sizes(figure: dict[str, Any], row: Row) -> list[dict[str, Any]]:
+    """A busbw figure's per-size table (the image's word): a list of objects whose fields the report shows are finite
+    numbers where present; anything else is a UserError naming the verdict, never a traceback out of the template."""
+    sizes = figure.get("sizes") or []
+    if not isinstance(sizes, list) or not all(
+            isinstance(r, dict) and all(f not in r or _finite(r[f]) for f in _SIZE_FIELDS) for r in sizes):
+        raise UserError(f"verdict of {row.image}: its busbw figure's sizes are not a list of objects of numbers "
+                        f"({', '.join(_SIZE_FIELDS)}); validate it again (validate writes them)")
+    return sizes
+
+
+def _finite(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
 
 
 def _binary(size: Any) -> str:
@@ -241,7 +270,9 @@ def _filters(report: Report) -> dict[str, Any]:
             "figure": format_figure, "gbps": lambda value: "—" if value is None else f"{value:.1f} GB/s",
             "change": lambda value: "—" if value is None else f"{value:+.0%}", "binary": _binary,
             "percent": lambda value: f"{value:.0%}", "runner": _runner, "scaling_title": scaling_title,
-            "scaling_flag": scaling_flag, "on": on, "code_cell": code_cell}
+            "scaling_flag": scaling_flag, "on": on, "code_cell": code_cell,
+            # The job summary's share of a reason (GitHub refuses a summary over 1024k whole): its first 300 characters.
+            "brief": lambda text: (str(text).strip().splitlines() or [""])[0][:300]}
 
 
 def code_cell(value: Any) -> str:
@@ -350,7 +381,7 @@ def scaling_folders(folders: Sequence[Path]) -> list[Path]:
             try:
                 data = json.loads((folder / "comparison.json").read_text(encoding="utf-8"))
                 expanded += [folder / str(name) for name in data["strategies"]]
-            except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+            except (OSError, json.JSONDecodeError, KeyError, TypeError, RecursionError) as exc:
                 raise UserError(f"{folder / 'comparison.json'}: cannot read the strategies ({exc})") from None
     return expanded
 
@@ -371,7 +402,7 @@ def write_report(report: Report, out_dir: Path, scaling_dirs: Path | Sequence[Pa
             if (folder / name).is_file():
                 try:
                     data = json.loads((folder / name).read_text(encoding="utf-8"))
-                except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+                except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:   # too deep
                     raise UserError(f"{folder / name}: cannot read the scaling results ({exc})") from None
                 if problem := scaling_problem(data):
                     raise UserError(f"{folder / name}: cannot read the scaling results ({problem}); run "

@@ -96,6 +96,7 @@ class Busbw:
     interconnect: str = ""
     platform: str = UNRECORDED
     emulated: bool = False
+    fault: str = ""                      # why the check fails whatever it measures (a broken NVLink; contracts.busbw)
 
     @property
     def compared_with(self) -> str:
@@ -109,10 +110,12 @@ class Busbw:
         verdict = self.verdict
         if verdict == "ok":
             return "passed"
-        return "failed" if verdict.startswith(("below floor", "fell")) else "skipped"
+        return "failed" if verdict.startswith(("link fault", "below floor", "fell")) else "skipped"
 
     @property
     def verdict(self) -> str:
+        if self.fault:
+            return f"link fault: {self.fault}"
         if self.floor_GBps is not None and self.peak_GBps < self.floor_GBps:
             return "below floor"
         if self.change is not None and self.change < -BUSBW_MAX_FALL:

@@ -20,6 +20,7 @@ from buildtool.contracts.verdict import (
     ColdStart,
     Verdict,
     VerdictError,
+    derive_result,
     gpu_pass_problem,
     recorded_failure,
     split_size,
@@ -124,7 +125,13 @@ def false_pass(verdict: Verdict) -> str:
     if not any(t.result == "passed" for t in verdict.tests):
         return "the verdict says passed, but no test passed"
     gpu = gpu_pass_problem(verdict)
-    return f"the verdict says passed, but {gpu}" if gpu else ""
+    if gpu:
+        return f"the verdict says passed, but {gpu}"
+    # What else makes validate say `incomplete`: a selection that deselected tests, a run that stopped early.
+    tests = [{"id": t.id, "result": t.result} for t in verdict.tests]
+    result, why = derive_result(verdict.pytest_exit, tests, defined=verdict.defined_tests,
+                                selection=verdict.selection, gpu_cell=False, gpu_tests=[])
+    return f"the verdict says passed, but {why[0]}" if result != "passed" else ""
 
 
 def verdict_row(verdict: Verdict, size_bytes: int | None = None) -> Row:
@@ -182,8 +189,8 @@ def load_verdict_files(paths: Iterable[Path]) -> list[Row]:
     for path in paths:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UserError(f"{path}: cannot read verdict ({exc})") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:   # RecursionError: nested
+            raise UserError(f"{path}: cannot read verdict ({exc})") from None                # too deeply to decode
         row = parse_verdict(data, str(path))
         time = _placed(row, path)
         if row.key not in newest or time >= newest[row.key][0]:

@@ -17,7 +17,7 @@ from typing import Any
 from buildtool.common import docker_cli
 from buildtool.common.errors import FailedError, UserError
 from buildtool.contracts import busbw, driver_rules, gpu, label_keys, nvidia_smi, platforms
-from buildtool.contracts.verdict import Gpu, VerdictError, parse_verdict, split_size, verdict_paths, when
+from buildtool.contracts.verdict import READ_SCHEMAS, Gpu, VerdictError, parse_verdict, split_size, verdict_paths, when
 from buildtool.contracts.versions import ngc_release
 from buildtool.matrix.schema import Cell
 from buildtool.validate.containers import Log, remove_run_containers
@@ -206,7 +206,8 @@ def busbw_baseline(folders: list[Path], cell: str, inventory: Inventory,
     for path in paths.values():
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:   # RecursionError: too deep
+            left_out.append(f"{path}: cannot read verdict ({exc})")   # as the report names it
             continue
         try:   # the size `buildtool report --fetch` adds, by the report's rule: a file it refuses is no night here
             data, _ = split_size(data, str(path))
@@ -215,8 +216,10 @@ def busbw_baseline(folders: list[Path], cell: str, inventory: Inventory,
             continue
         try:
             earlier = parse_verdict(data, str(path))
-        except VerdictError:
-            continue                           # not a verdict (a missing record, another schema): no baseline
+        except VerdictError as exc:            # not a verdict (a missing record, another schema): no baseline;
+            if isinstance(data, dict) and type(data.get("schema")) is int and data["schema"] in READ_SCHEMAS:
+                left_out.append(str(exc))      # a verdict of a schema read here that does not parse: named
+            continue
         if earlier.cell != cell:
             continue
         gpus = earlier.runner.gpus

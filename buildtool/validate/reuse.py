@@ -15,7 +15,7 @@ from pathlib import Path
 
 from buildtool.attest.keys import SigningKey, TrustedKeys
 from buildtool.contracts import skips
-from buildtool.contracts.verdict import SCHEMA, Gpu, Verdict, recorded_failure
+from buildtool.contracts.verdict import SCHEMA, Gpu, Verdict, gpu_pass_problem, recorded_failure
 from buildtool.registry.client import RegistryClient
 from buildtool.validate.sbomref import validate_trust
 from buildtool.validate.verdict_choice import whole_run
@@ -55,6 +55,8 @@ def problem(verdict: Verdict, want: Wanted) -> str:
     if verdict.result != "passed":
         return f"it {verdict.result}" if verdict.result == "failed" else f"it is {verdict.result}"
     contradiction = recorded_failure(verdict)
+    if not contradiction and (gpu := gpu_pass_problem(verdict)):   # as release, verify and the report read it
+        contradiction = f"it says passed, but {gpu}"
     if contradiction:
         return f"{contradiction} (it contradicts itself)"
     if verdict.schema_ != SCHEMA:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from buildtool.contracts.verdict import SCHEMA, ColdStart, Runner, Selection, TestResult, Verdict, derive_result
 from buildtool.matrix.schema import Cell, Matrix
 from buildtool.validate.collect import image_tests_hash
@@ -103,11 +105,26 @@ def make_verdict(plan: RunPlan, run: RunOutcome, sbom: tuple[str, str], matrix_d
         selection=Selection(expression=select or None, deselected=deselected),
         incomplete=reasons if result == "incomplete" else [],
         framework_version=str(facts.get("framework_version") or ""),
-        cold_start=ColdStart.model_validate(cold) if (cold := facts.get("cold_start")) else None,
-        run_flags=plan.flags, pytest_exit=run.rc, tests=tests, figures=results.get("figures", {}),
+        cold_start=_cold_start(facts.get("cold_start")),
+        run_flags=plan.flags, pytest_exit=run.rc, tests=tests,
+        # The image's measurements: a NaN or Infinity (no JSON number; the verdict refuses it) is written null.
+        figures=json.loads(json.dumps(results.get("figures", {})), parse_constant=lambda _name: None),
         problem=run.problem, deadline_s=plan.deadline_s, sbom=sbom[0], sbom_problem=sbom[1] if not sbom[0] else "",
         platform=image.platform, emulated=image.emulated, matrix_digest=matrix_digest,
         libraries=promised_libraries(cell))
+
+
+def _cold_start(cold: Any) -> ColdStart | None:
+    """The cold start the image's probe recorded (None: it never ran); a record of another shape is a ColdStart whose
+    error names what is wrong (the image's word: never a traceback, never a verdict lost)."""
+    if not cold:
+        return None
+    try:
+        return ColdStart.model_validate(cold)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "(the record)"
+        return ColdStart(error=f"the cold start's record is not one validate can read: `{where}`: {first['msg']}")
 
 
 def promised_libraries(cell: Cell) -> dict[str, str]:

@@ -13,6 +13,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from buildtool.common.refs import shown, shown_plain
 from buildtool.contracts import skips
 from buildtool.contracts.gpu import BUSBW_FIGURE
 from buildtool.contracts.verdict import Verdict, recorded_failure, when
@@ -199,10 +200,11 @@ def inventory_problems(verdict: Verdict) -> list[str]:
                      for i in one_gpu_skips(verdict)]
     if isinstance(figure, dict):
         ranks, model = figure.get("ranks"), figure.get("gpu_model")
-        if ranks != len(gpus):
-            problems.append(f"the bus-bandwidth test ran on {ranks} GPUs, but the runner lists {len(gpus)} "
-                            f"({', '.join(names)})")
+        if ranks != len(gpus):     # the image's output: shown cut
+            problems.append(f"the bus-bandwidth test ran on {shown_plain(ranks)} GPUs, but the runner lists "
+                            f"{len(gpus)} ({', '.join(names)})")
         if model not in names:
-            problems.append(f"the bus-bandwidth test reports GPU model {model!r}, but the runner lists "
+            shown_model = shown(model) if isinstance(model, str) else shown_plain(repr(model))
+            problems.append(f"the bus-bandwidth test reports GPU model {shown_model}, but the runner lists "
                             f"{', '.join(sorted(set(names)))}")
     return problems
