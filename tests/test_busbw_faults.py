@@ -106,6 +106,23 @@ def test_a_healthy_board_still_passes_and_records_no_fault(tmp_path, monkeypatch
     assert figures[gpu.BUSBW_FIGURE]["floor_fault"] == "" and figures[gpu.BUSBW_FIGURE]["floor_GBps"] == 112.5
 
 
+def test_keys_the_images_table_adds_never_reach_the_figure(tmp_path, monkeypatch, ddp_test):
+    """The figure began as the image's whole table: with no baseline of its own, keys the image added
+    (`baseline_GBps`, `previous_GBps`, `change`) stayed in it, and the report showed them as the baseline and left
+    out its own comparison with the previous night, so an image could hide a drop. Only the table's own keys go in."""
+    floor = floor_of(inventory_of(tmp_path, monkeypatch, "h100_sxm", "NVIDIA H100 80GB HBM3"))
+    sizes = [{"bytes": (8 << 20) << i, "busbw_GBps": 360.0} for i in range(8)]
+    table = {"backend": "nccl", "ranks": 8, "warmup": 5, "iters": 20, "peak_GBps": 360.0, "peak_bytes": 1 << 30,
+             "sizes": sizes, "baseline_GBps": 361.0, "baseline_nights": 7, "previous_GBps": 359.0, "change": 0.0}
+    figures: dict = {}
+    ddp_test({"backend": "nccl", "busbw": table, "world_size": 8}, lambda what: None, floor.as_target(),
+             [{"name": floor.gpu_name}] * 8, figures)
+    figure = figures[gpu.BUSBW_FIGURE]
+    assert not {"baseline_GBps", "baseline_nights", "previous_GBps", "change"} & set(figure), figure
+    assert {k: figure[k] for k in ("backend", "ranks", "warmup", "iters", "peak_GBps", "peak_bytes", "sizes")} == {
+        k: table[k] for k in ("backend", "ranks", "warmup", "iters", "peak_GBps", "peak_bytes", "sizes")}
+
+
 MODELS = sorted(set(busbw.GPU_MODELS.values()))
 
 
