@@ -483,3 +483,25 @@ def test_a_content_length_of_digits_that_are_not_ascii_is_read_as_none_never_a_t
         server.shutdown()
         server.server_close()
     assert json.loads(raw) == manifest
+
+
+def test_an_answer_of_json_nested_too_deeply_is_no_json_never_a_traceback() -> None:
+    """JSON nested ~100,000 deep makes json.loads raise RecursionError, no ValueError: a registry (or anyone who may
+    push a manifest) answering so ended get_manifest, tag listing, the referrers index and every error reading with
+    a traceback. Both readers now take it as JSON that is not: the manifest is refused naming why."""
+    from buildtool.registry.answers import manifest_problem
+    from buildtool.registry.transport import Response
+
+    deep = b"[" * 100_000 + b"]" * 100_000
+    with pytest.raises(ValueError, match="nested too deeply"):
+        Response(200, {}, deep).json()
+    assert manifest_problem(deep) == "it is not JSON (JSON nested too deeply to read)"
+    server, _ = _manifest_server(b'{"schemaVersion": 2, "x": ' + deep + b"}", None)
+    host = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(RegistryError) as refused:
+            client(host).get_manifest("r", "t")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert str(refused.value).endswith("it is not JSON (JSON nested too deeply to read)"), str(refused.value)

@@ -27,8 +27,14 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def loads(data: bytes | str) -> Any:
     """json.loads, refusing a repeated key (RepeatedKey, a ValueError, as json's own errors are) and JSON nested too
-    deeply to decode (json's RecursionError, as a ValueError: its readers' one-line errors, never a traceback)."""
+    deeply to decode (as bounded_loads)."""
+    return bounded_loads(data, object_pairs_hook=unique_keys)
+
+
+def bounded_loads(data: bytes | str, **options: Any) -> Any:
+    """json.loads, JSON nested too deeply to decode (json's RecursionError) raised as a ValueError: its readers'
+    one-line errors, never a traceback."""
     try:
-        return json.loads(data, object_pairs_hook=unique_keys)
+        return json.loads(data, **options)
     except RecursionError:
         raise ValueError("JSON nested too deeply to read") from None

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from buildtool.common.refs import shown
+from buildtool.common.strict_json import bounded_loads
 from buildtool.registry.transport import CHUNK, BodyInterrupted, Response, Sink, in_memory, write_to_sink
 
 
@@ -166,7 +167,7 @@ def manifest_problem(body: bytes) -> str:
     where every manifest is fetched, so that no reader indexes a field of the wrong type (a registry that breaks
     the spec, or anyone who may push, can serve one)."""
     try:
-        doc = json.loads(body)
+        doc = bounded_loads(body)
     except ValueError as exc:      # UnicodeDecodeError too
         return f"it is not JSON ({exc})"
     if not isinstance(doc, dict):

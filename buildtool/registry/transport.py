@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import http.client
-import json
 import socket
 import threading
 from collections.abc import Callable
@@ -24,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from buildtool.common.strict_json import bounded_loads
 
 
 class TransportTimeout(TimeoutError):
@@ -90,7 +91,7 @@ class Response:
         return self.content.decode("utf-8", errors="replace")
 
     def json(self) -> Any:
-        return json.loads(self.content)
+        return bounded_loads(self.content)
 
 
 _STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, http.client.BadStatusLine)
