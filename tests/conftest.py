@@ -190,6 +190,17 @@ def no_registry_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def netrc_default_login(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A netrc (NETRC) whose `default` entry gives every host a login; returns its password, which must never be
+    sent where the test says it must not go."""
+    netrc = tmp_path / "netrc"
+    netrc.write_text("default login someone password hunter2\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    return "hunter2"
+
+
+@pytest.fixture
 def run_cli(capsys: pytest.CaptureFixture[str]):
     """Run `buildtool ARGS` in-process; returns (exit code, stdout, stderr)."""
 

@@ -330,8 +330,8 @@ def test_a_debian_bases_log_is_private_and_masked_as_an_image_build_log_is(mmdeb
     assert token not in log.read_text() and log.stat().st_mode & 0o777 == 0o600
 
 
-def test_a_netrc_login_never_goes_to_the_archive_nor_where_it_redirects(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_netrc_login_never_goes_to_the_archive_nor_where_it_redirects(monkeypatch: pytest.MonkeyPatch,
+                                                                         netrc_default_login: str) -> None:
     """The release file was fetched with requests' defaults: ~/.netrc's login for the archive's host (its `default`
     entry for any host) went to the archive, over plain HTTP, and again to wherever it redirected; the URLs come
     from the build log, and the build's apt never had that login."""
@@ -356,10 +356,6 @@ def test_a_netrc_login_never_goes_to_the_archive_nor_where_it_redirects(tmp_path
         def log_message(self, *args: object) -> None:
             pass
 
-    netrc = tmp_path / "netrc"
-    netrc.write_text("default login someone password hunter2\n")
-    netrc.chmod(0o600)
-    monkeypatch.setenv("NETRC", str(netrc))
     for name in ("http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
     server = ThreadingHTTPServer(("127.0.0.1", 0), Archive)

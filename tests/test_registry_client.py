@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -367,9 +368,11 @@ def test_an_image_whose_config_is_no_image_config_is_one_registry_error_for_the_
         assert str(refused.value) == f"{named}: its config {blob} {said}"
 
 
-def _manifest_server(body: bytes, length: str | None) -> tuple[ThreadingHTTPServer, list[int]]:
+@contextlib.contextmanager
+def _manifest_server(body: bytes, length: str | None) -> Iterator[tuple[str, list[int]]]:
     """A registry that answers every manifest GET with `body`, its Content-Length `length` (None: no Content-Length,
-    the body ends when the connection closes, as a chunked or lying registry's may). `sent`: bytes it wrote."""
+    the body ends when the connection closes, as a chunked or lying registry's may), while the block runs: its host and
+    `sent`, the bytes it wrote."""
     sent: list[int] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -392,7 +395,11 @@ def _manifest_server(body: bytes, length: str | None) -> tuple[ThreadingHTTPServ
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, sent
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}", sent
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 @pytest.mark.parametrize("length", ["declared", "none"])
@@ -404,14 +411,8 @@ def test_a_manifest_over_the_size_limit_is_refused_and_not_read_past_it(length: 
     monkeypatch.setattr(client_mod, "MAX_MANIFEST_BYTES", 100_000, raising=False)
     body = json.dumps({"schemaVersion": 2, "annotations": {"x": "y" * 8_000_000}}).encode()
     said = str(len(body)) if length == "declared" else None
-    server, sent = _manifest_server(body, said)
-    host = f"127.0.0.1:{server.server_address[1]}"
-    try:
-        with pytest.raises(RegistryError) as refused:
-            client(host).get_manifest("r", "t")
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _manifest_server(body, said) as (host, sent), pytest.raises(RegistryError) as refused:
+        client(host).get_manifest("r", "t")
     size = f"{len(body)} bytes" if length == "declared" else r"at least 1\d{5} bytes"
     assert re.fullmatch(f"{re.escape(host)}/r:t: the manifest is {size}, over the 100000-byte limit on a manifest; "
                         "not read further", str(refused.value))
@@ -475,13 +476,8 @@ def test_a_content_length_of_digits_that_are_not_ascii_is_read_as_none_never_a_t
                 "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": "sha256:" + "a" * 64,
                            "size": 2}, "layers": []}
     body = json.dumps(manifest).encode()
-    server, _ = _manifest_server(body, "\u00b2")
-    host = f"127.0.0.1:{server.server_address[1]}"
-    try:
+    with _manifest_server(body, "\u00b2") as (host, _):
         raw, _media_type, _digest = client(host).get_manifest("r", "t")
-    finally:
-        server.shutdown()
-        server.server_close()
     assert json.loads(raw) == manifest
 
 
@@ -496,12 +492,7 @@ def test_an_answer_of_json_nested_too_deeply_is_no_json_never_a_traceback() -> N
     with pytest.raises(ValueError, match="nested too deeply"):
         Response(200, {}, deep).json()
     assert manifest_problem(deep) == "it is not JSON (JSON nested too deeply to read)"
-    server, _ = _manifest_server(b'{"schemaVersion": 2, "x": ' + deep + b"}", None)
-    host = f"127.0.0.1:{server.server_address[1]}"
-    try:
-        with pytest.raises(RegistryError) as refused:
-            client(host).get_manifest("r", "t")
-    finally:
-        server.shutdown()
-        server.server_close()
+    with _manifest_server(b'{"schemaVersion": 2, "x": ' + deep + b"}", None) as (host, _), \
+            pytest.raises(RegistryError) as refused:
+        client(host).get_manifest("r", "t")
     assert str(refused.value).endswith("it is not JSON (JSON nested too deeply to read)"), str(refused.value)

@@ -579,18 +579,12 @@ def test_a_bundle_of_another_platform_than_the_nodes_is_refused_before_the_check
     assert all("--kill-on-bad-exit=1" not in c for c in calls), "the check itself never started"
 
 
-def test_a_node_that_does_not_run_the_architecture_step_stops_the_job_naming_the_step(run_cli,
-                                                                                    tmp_path: Path) -> None:
-    """The oci script's `srun uname -m` step ran inside "$(...)" under set -e and pipefail: a node that never started
-    it ended the script with srun's exit and no line of its own (the job read "ended without a result"). It is named
-    as the /dev/shm step's failure is."""
-    bundle = fake_bundle(tmp_path)
-    script = generate(run_cli, tmp_path, str(bundle), "--runtime", "oci", "--nodes", "2", "--gpus-per-node", "0",
-                      "--shm-size", "1m", "--framework", "pytorch")
+def _run_with_failing_srun(tmp_path: Path, script: Path, node: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """The script run with an srun that fails as SLURM's does when a node never starts the step (each call logged)."""
     stubs = tmp_path / "stubs"
     stubs.mkdir()
     (stubs / "srun").write_text('#!/bin/sh\necho "srun $*" >> "$STUB_LOG"\n'
-                                'echo "srun: error: Nodes n2 are still not ready" >&2; exit 1\n')
+                                f'echo "srun: error: Nodes {node} are still not ready" >&2; exit 1\n')
     (stubs / "scontrol").write_text(SCONTROL)
     for stub in stubs.iterdir():
         stub.chmod(0o755)
@@ -600,6 +594,18 @@ def test_a_node_that_does_not_run_the_architecture_step_stops_the_job_naming_the
            "SLURM_JOB_NODELIST": "localhost,node2", "SLURM_SUBMIT_DIR": str(tmp_path),
            "SCRIPTS_DIR": str(REPO / "image-tests/pytorch/scripts")}
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    return proc, log
+
+
+def test_a_node_that_does_not_run_the_architecture_step_stops_the_job_naming_the_step(run_cli,
+                                                                                    tmp_path: Path) -> None:
+    """The oci script's `srun uname -m` step ran inside "$(...)" under set -e and pipefail: a node that never started
+    it ended the script with srun's exit and no line of its own (the job read "ended without a result"). It is named
+    as the /dev/shm step's failure is."""
+    bundle = fake_bundle(tmp_path)
+    script = generate(run_cli, tmp_path, str(bundle), "--runtime", "oci", "--nodes", "2", "--gpus-per-node", "0",
+                      "--shm-size", "1m", "--framework", "pytorch")
+    proc, log = _run_with_failing_srun(tmp_path, script, "n2")
     message = ("DDP check failed: the architecture check step (srun uname -m) failed (exit 1): a node did not run "
                "it (srun's error above)")
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == message, proc.stderr
@@ -613,19 +619,7 @@ def test_a_node_that_does_not_run_the_dev_shm_step_stops_the_job_naming_the_step
     """The /dev/shm step (srun bash -c ...) ran as a plain line under set -e: a node that never started it ended the
     script with srun's exit and no line of its own (the job read "ended without a result"). It is named."""
     script = generate(run_cli, tmp_path, IMAGE, "--runtime", runtime, "--nodes", "2", "--gpus-per-node", "0")
-    stubs = tmp_path / "stubs"
-    stubs.mkdir()
-    (stubs / "srun").write_text('#!/bin/sh\necho "srun $*" >> "$STUB_LOG"\n'
-                                'echo "srun: error: Nodes node2 are still not ready" >&2; exit 1\n')
-    (stubs / "scontrol").write_text(SCONTROL)
-    for stub in stubs.iterdir():
-        stub.chmod(0o755)
-    log = tmp_path / "stub.log"
-    log.write_text("")
-    env = {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_LOG": str(log), "SLURM_JOB_ID": "7",
-           "SLURM_JOB_NODELIST": "localhost,node2", "SLURM_SUBMIT_DIR": str(tmp_path),
-           "SCRIPTS_DIR": str(REPO / "image-tests/pytorch/scripts")}
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    proc, log = _run_with_failing_srun(tmp_path, script, "node2")
     message = ("DDP check failed: the /dev/shm check step failed (exit 1): a node's /dev/shm is too small (above), "
                "or the step did not start there (srun's error above)")
     assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] == message, proc.stderr

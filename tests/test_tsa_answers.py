@@ -36,8 +36,7 @@ def test_a_status_that_grants_nothing_is_a_refusal_not_a_traceback(tmp_path: Pat
     assert str(refused.value) == f"the timestamp authority {authority.url} refused the request (status {status})"
 
 
-def test_a_netrc_login_never_goes_to_the_authority_and_a_redirect_is_not_followed(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_netrc_login_never_goes_to_the_authority_and_a_redirect_is_not_followed(netrc_default_login: str) -> None:
     """requests adds ~/.netrc's login for a host given no auth (its `default` entry for any host), and re-reads it
     after each redirect: the login went to the timestamp authority, and to wherever it redirected (registry hunt)."""
     import threading
@@ -57,10 +56,6 @@ def test_a_netrc_login_never_goes_to_the_authority_and_a_redirect_is_not_followe
         def log_message(self, *args: object) -> None:
             pass
 
-    netrc = tmp_path / "netrc"
-    netrc.write_text("default login someone password hunter2\n")
-    netrc.chmod(0o600)
-    monkeypatch.setenv("NETRC", str(netrc))
     server = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
